@@ -1,0 +1,210 @@
+//! The compile cache: one compiled executable per (op, attributes, input specs, device).
+//! A miss compiles and stores; a hit only executes. LRU-bounded. The hit path is one
+//! uncontended lock, one Fx hash and no heap allocation for keys of rank <= 4.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxBuildHasher;
+use smallvec::SmallVec;
+
+use crate::device::Device;
+use crate::ops::Op;
+use crate::pjrt::Executable;
+use crate::profiler::OpInfo;
+use crate::shape::Spec;
+
+/// What identifies one compiled program.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OpKey {
+    pub op: Op,
+    pub inputs: SmallVec<[Spec; 3]>,
+    pub device: Device,
+}
+
+/// Counters of one key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub compile_ns: u64,
+}
+
+/// One cached program, as [`entries`] lists it.
+#[derive(Debug, Clone)]
+pub struct EntryStats {
+    pub info: Arc<OpInfo>,
+    pub stats: KeyStats,
+}
+
+/// Totals over the cache's life (since the last [`clear`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheStats {
+    pub entries: usize,
+    pub capacity: usize,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub compile_ns: u64,
+}
+
+impl CacheStats {
+    pub fn hit_rate(&self) -> f64 {
+        let n = self.hits + self.misses;
+        if n == 0 { 0.0 } else { self.hits as f64 / n as f64 }
+    }
+}
+
+impl std::fmt::Display for CacheStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cache: {} entries (capacity {}), {} hits, {} misses, hit rate {:.1}%, {} evictions, compile {:.1} ms",
+            self.entries,
+            self.capacity,
+            self.hits,
+            self.misses,
+            100.0 * self.hit_rate(),
+            self.evictions,
+            self.compile_ns as f64 / 1e6
+        )
+    }
+}
+
+/// Entries kept when nothing else is said (`EAGER_CACHE_CAPACITY` overrides); each live
+/// executable costs about 110 KiB on the CPU plugin.
+pub const DEFAULT_CAPACITY: usize = 2048;
+
+struct Entry {
+    exe: Arc<Executable>,
+    info: Arc<OpInfo>,
+    stats: KeyStats,
+    last_used: u64,
+}
+
+struct Inner {
+    map: HashMap<OpKey, Entry, FxBuildHasher>,
+    tick: u64,
+    totals: CacheStats,
+}
+
+pub(crate) struct Cache {
+    inner: Mutex<Inner>,
+}
+
+impl Cache {
+    pub(crate) fn new() -> Cache {
+        let capacity = std::env::var("EAGER_CACHE_CAPACITY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CAPACITY);
+        let totals = CacheStats { capacity, ..Default::default() };
+        Cache { inner: Mutex::new(Inner { map: HashMap::default(), tick: 0, totals }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A hit returns the executable and its info and counts the hit; a miss counts a miss.
+    pub(crate) fn lookup(&self, key: &OpKey) -> Option<(Arc<Executable>, Arc<OpInfo>)> {
+        let mut inner = self.lock();
+        inner.tick += 1;
+        let tick = inner.tick;
+        match inner.map.get_mut(key) {
+            Some(e) => {
+                e.last_used = tick;
+                e.stats.hits += 1;
+                let found = (e.exe.clone(), e.info.clone());
+                inner.totals.hits += 1;
+                Some(found)
+            }
+            None => {
+                inner.totals.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Stores a freshly compiled executable, evicting the least recently used beyond capacity.
+    pub(crate) fn insert(&self, key: OpKey, exe: Arc<Executable>, info: Arc<OpInfo>, compile_ns: u64) {
+        let mut inner = self.lock();
+        inner.tick += 1;
+        let last_used = inner.tick;
+        inner.totals.compile_ns += compile_ns;
+        let stats = KeyStats { hits: 0, misses: 1, compile_ns };
+        match inner.map.get_mut(&key) {
+            // Two threads compiled the same key at once: keep the first, count the work.
+            Some(e) => {
+                e.stats.misses += 1;
+                e.stats.compile_ns += compile_ns;
+            }
+            None => {
+                inner.map.insert(key, Entry { exe, info, stats, last_used });
+            }
+        }
+        let capacity = inner.totals.capacity;
+        evict_to(&mut inner, capacity);
+    }
+
+    pub(crate) fn stats(&self) -> CacheStats {
+        let inner = self.lock();
+        CacheStats { entries: inner.map.len(), ..inner.totals.clone() }
+    }
+
+    pub(crate) fn entries(&self) -> Vec<EntryStats> {
+        let inner = self.lock();
+        let mut v: Vec<(u64, EntryStats)> = inner
+            .map
+            .values()
+            .map(|e| (e.last_used, EntryStats { info: e.info.clone(), stats: e.stats.clone() }))
+            .collect();
+        v.sort_by_key(|(t, _)| *t);
+        v.into_iter().map(|(_, e)| e).collect()
+    }
+
+    pub(crate) fn clear(&self) {
+        let mut inner = self.lock();
+        inner.map.clear();
+        let capacity = inner.totals.capacity;
+        inner.totals = CacheStats { capacity, ..Default::default() };
+    }
+
+    pub(crate) fn set_capacity(&self, capacity: usize) {
+        let mut inner = self.lock();
+        inner.totals.capacity = capacity;
+        evict_to(&mut inner, capacity);
+    }
+}
+
+/// Drops least recently used entries until at most `capacity` remain. Linear scan: it runs
+/// only after a compile, which costs a million times more.
+fn evict_to(inner: &mut Inner, capacity: usize) {
+    while inner.map.len() > capacity {
+        let oldest = inner.map.iter().min_by_key(|(_, e)| e.last_used).map(|(k, _)| k.clone());
+        match oldest {
+            Some(k) => {
+                inner.map.remove(&k);
+                inner.totals.evictions += 1;
+            }
+            None => break,
+        }
+    }
+}
+
+/// Totals: entries, hits, misses, evictions, compile time.
+pub fn stats() -> CacheStats {
+    crate::runtime::global().cache.stats()
+}
+
+/// Per-key counters, least recently used first.
+pub fn entries() -> Vec<EntryStats> {
+    crate::runtime::global().cache.entries()
+}
+
+/// Drops every compiled executable and zeroes the counters.
+pub fn clear() {
+    crate::runtime::global().cache.clear()
+}
+
+/// Bounds the number of cached executables (LRU eviction).
+pub fn set_capacity(capacity: usize) {
+    crate::runtime::global().cache.set_capacity(capacity)
+}

@@ -1,0 +1,44 @@
+//! The library's error type.
+
+use crate::pjrt::{LoadError, PjrtError};
+
+/// Everything that can go wrong in eager. Shape and dtype errors are found before anything
+/// reaches XLA; PJRT errors carry the op they came from.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Input shapes that the op cannot take (found before compiling).
+    #[error("{op}: shape error: {msg}")]
+    Shape { op: &'static str, msg: String },
+    /// Input dtypes that the op cannot take (found before compiling).
+    #[error("{op}: dtype error: {msg}")]
+    DType { op: &'static str, msg: String },
+    /// Any other invalid argument (bad dim, bad index, mixed devices, …).
+    #[error("{op}: {msg}")]
+    Invalid { op: &'static str, msg: String },
+    /// PJRT rejected a compile, execute or transfer.
+    #[error("{op}: {source}")]
+    Pjrt { op: String, source: PjrtError },
+    /// No usable plugin for the device kind.
+    #[error(transparent)]
+    Plugin(#[from] crate::plugin::PluginError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+impl Error {
+    pub(crate) fn shape(op: &'static str, msg: impl Into<String>) -> Error {
+        Error::Shape { op, msg: msg.into() }
+    }
+    pub(crate) fn dtype(op: &'static str, msg: impl Into<String>) -> Error {
+        Error::DType { op, msg: msg.into() }
+    }
+    pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> Error {
+        Error::Invalid { op, msg: msg.into() }
+    }
+    pub(crate) fn pjrt(op: impl Into<String>) -> impl FnOnce(PjrtError) -> Error {
+        let op = op.into();
+        move |source| Error::Pjrt { op, source }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,46 @@
+//! # eager
+//!
+//! Eager execution of tensor ops on XLA devices (CPU, TPU, NVIDIA GPU) through the PJRT C
+//! API. Every op runs at once: its key (op, attributes, input shapes and dtypes, device)
+//! finds a compiled one-op StableHLO executable in the cache, or compiles one.
+//!
+//! ```no_run
+//! use eager::prelude::*;
+//! let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+//! let b = (&a + &a).exp()?;
+//! println!("{b}\n{}", eager::cache::stats());
+//! # Ok::<(), eager::Error>(())
+//! ```
+//!
+//! Map: [`pjrt`] (FFI and safe handles), [`plugin`] (finding plugins per device target),
+//! [`ops`] (every op defined once), [`cache`], [`runtime`] (dispatch), [`tensor`],
+//! [`profiler`] (the event log the viz crate draws).
+
+pub mod cache;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod ops;
+pub mod pjrt;
+pub mod plugin;
+pub mod profiler;
+pub mod runtime;
+pub mod shape;
+pub mod tensor;
+
+pub use device::{Device, DeviceKind};
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path};
+pub use shape::Spec;
+pub use tensor::Tensor;
+
+/// What a notebook or REPL cell wants in scope.
+pub mod prelude {
+    pub use crate::device::{Device, DeviceKind};
+    pub use crate::dtype::DType;
+    pub use crate::error::{Error, Result};
+    pub use crate::runtime::{manual_seed, set_default_device};
+    pub use crate::tensor::Tensor;
+    pub use crate::{cache, profiler};
+}

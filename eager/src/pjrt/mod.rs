@@ -1,0 +1,602 @@
+//! A thin safe layer over the PJRT C API: the plugin's function table, client, devices,
+//! buffers, executables and events. Every handle is freed on drop; every C error becomes a
+//! [`PjrtError`] carrying PJRT's code and message. Nothing here knows about ops or tensors.
+
+pub mod ffi;
+
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+/// An error returned by a PJRT call (or a function the plugin does not provide).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("PJRT {function} failed ({}): {message}", code_name(*.code))]
+pub struct PjrtError {
+    /// PJRT's error code (`PJRT_Error_Code`, the absl status codes); stable across plugins.
+    pub code: i32,
+    pub message: String,
+    /// The C API function that failed.
+    pub function: &'static str,
+}
+
+/// Name of a `PJRT_Error_Code`.
+pub fn code_name(code: i32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    NAMES.get(code as usize).copied().unwrap_or("UNKNOWN_CODE")
+}
+
+/// Error code a missing function is reported with.
+const UNIMPLEMENTED: i32 = 12;
+
+pub type Result<T> = std::result::Result<T, PjrtError>;
+
+/// Calls one function of the table: checks that the plugin's table is long enough to hold it
+/// and that it is set, then turns a returned `PJRT_Error*` into a [`PjrtError`].
+macro_rules! call {
+    ($api:expr, $func:ident, $args:expr) => {{
+        let api: &Api = $api;
+        let table = api.table();
+        let offset = std::mem::offset_of!(ffi::PJRT_Api, $func);
+        let f = if offset < table.struct_size { table.$func } else { None };
+        match f {
+            // SAFETY: the args struct mirrors the header and lives for the whole call.
+            Some(f) => api.take_error(unsafe { f($args) }, stringify!($func)),
+            None => Err(PjrtError {
+                code: UNIMPLEMENTED,
+                message: "this plugin does not provide the function".into(),
+                function: stringify!($func),
+            }),
+        }
+    }};
+}
+
+/// A loaded plugin: the dlopen handle and its `PJRT_Api` table.
+pub struct Api {
+    table: *const ffi::PJRT_Api,
+    pub path: PathBuf,
+    pub version: (i32, i32),
+    // Kept last so the table outlives every use; never unloaded while an Arc<Api> exists.
+    _lib: libloading::Library,
+}
+
+// SAFETY: the PJRT C API is thread-safe by contract; the table is immutable after load.
+unsafe impl Send for Api {}
+unsafe impl Sync for Api {}
+
+/// Why a plugin could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot load PJRT plugin {path}: {source}")]
+    Dlopen { path: PathBuf, source: libloading::Error },
+    #[error("{path} is not a PJRT plugin (no GetPjrtApi symbol): {source}")]
+    NoSymbol { path: PathBuf, source: libloading::Error },
+    #[error("{path}: GetPjrtApi returned null")]
+    NullApi { path: PathBuf },
+    #[error("{path} speaks PJRT C API {major}.{minor}; eager supports major version {}", ffi::API_MAJOR)]
+    Version { path: PathBuf, major: i32, minor: i32 },
+    #[error("PJRT plugin {path} failed to initialize: {source}")]
+    Initialize { path: PathBuf, source: PjrtError },
+}
+
+impl Api {
+    /// dlopens `path`, reads its table and checks the API major version. Does not initialize.
+    pub fn load(path: &Path) -> std::result::Result<Api, LoadError> {
+        // SAFETY: loading a shared library runs its initialisers; a PJRT plugin is trusted code.
+        let lib = unsafe { libloading::Library::new(path) }
+            .map_err(|source| LoadError::Dlopen { path: path.into(), source })?;
+        // SAFETY: GetPjrtApi has this signature in every PJRT plugin.
+        let get: libloading::Symbol<ffi::GetPjrtApi> = unsafe { lib.get(b"GetPjrtApi\0") }
+            .map_err(|source| LoadError::NoSymbol { path: path.into(), source })?;
+        let table = unsafe { get() };
+        if table.is_null() {
+            return Err(LoadError::NullApi { path: path.into() });
+        }
+        // SAFETY: non-null table returned by the plugin, valid for the library's lifetime.
+        let v = unsafe { &(*table).pjrt_api_version };
+        let version = (v.major_version, v.minor_version);
+        if version.0 != ffi::API_MAJOR {
+            return Err(LoadError::Version { path: path.into(), major: version.0, minor: version.1 });
+        }
+        Ok(Api { table, path: path.into(), version, _lib: lib })
+    }
+
+    /// `PJRT_Plugin_Initialize`; call once per process per plugin.
+    pub fn initialize(&self) -> Result<()> {
+        let mut args = ffi::PJRT_Plugin_Initialize_Args::new();
+        call!(self, PJRT_Plugin_Initialize, &mut args)
+    }
+
+    /// The plugin's attributes (`xla_version`, `stablehlo_current_version`, …) as text.
+    pub fn attributes(&self) -> Result<Vec<(String, String)>> {
+        let mut args = ffi::PJRT_Plugin_Attributes_Args::new();
+        call!(self, PJRT_Plugin_Attributes, &mut args)?;
+        let mut out = Vec::new();
+        for i in 0..args.num_attributes {
+            // SAFETY: the plugin owns `num_attributes` named values for its lifetime.
+            let nv = unsafe { &*args.attributes.add(i) };
+            let name = unsafe { str_from(nv.name, nv.name_size) };
+            let value = unsafe {
+                match nv.type_ {
+                    ffi::NAMED_VALUE_STRING => str_from(nv.value.string_value, nv.value_size),
+                    ffi::NAMED_VALUE_INT64 => nv.value.int64_value.to_string(),
+                    ffi::NAMED_VALUE_INT64_LIST => {
+                        let s = std::slice::from_raw_parts(nv.value.int64_array_value, nv.value_size);
+                        format!("{s:?}")
+                    }
+                    ffi::NAMED_VALUE_FLOAT => nv.value.float_value.to_string(),
+                    ffi::NAMED_VALUE_BOOL => nv.value.bool_value.to_string(),
+                    _ => "?".into(),
+                }
+            };
+            out.push((name, value));
+        }
+        Ok(out)
+    }
+
+    fn table(&self) -> &ffi::PJRT_Api {
+        // SAFETY: checked non-null at load; lives as long as `_lib`.
+        unsafe { &*self.table }
+    }
+
+    /// Converts (and frees) a returned error pointer.
+    fn take_error(&self, err: *mut ffi::PJRT_Error, function: &'static str) -> Result<()> {
+        if err.is_null() {
+            return Ok(());
+        }
+        let t = self.table();
+        let mut code = ffi::PJRT_Error_GetCode_Args::new();
+        code.error = err;
+        let mut msg = ffi::PJRT_Error_Message_Args::new();
+        msg.error = err;
+        // SAFETY: the three error functions are required members of every table.
+        unsafe {
+            if let Some(f) = t.PJRT_Error_GetCode {
+                let e = f(&mut code);
+                if !e.is_null() {
+                    code.code = 2;
+                }
+            }
+            if let Some(f) = t.PJRT_Error_Message {
+                f(&mut msg);
+            }
+        }
+        let message = unsafe { str_from(msg.message, msg.message_size) };
+        let mut destroy = ffi::PJRT_Error_Destroy_Args::new();
+        destroy.error = err;
+        if let Some(f) = t.PJRT_Error_Destroy {
+            unsafe { f(&mut destroy) };
+        }
+        Err(PjrtError { code: code.code, message, function })
+    }
+}
+
+/// Copies a (pointer, length) string the plugin owns.
+unsafe fn str_from(p: *const c_char, len: usize) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    String::from_utf8_lossy(std::slice::from_raw_parts(p as *const u8, len)).into_owned()
+}
+
+/// A value for `PJRT_Client_Create`'s options.
+#[derive(Debug, Clone)]
+pub enum OptionValue {
+    Int(i64),
+    Bool(bool),
+    Str(String),
+}
+
+/// One addressable device of a client.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub raw: *mut ffi::PJRT_Device,
+    /// Global device id.
+    pub id: i32,
+    pub local_hardware_id: i32,
+    /// Device kind as the plugin names it (e.g. "cpu", "TPU v4").
+    pub kind: String,
+    pub description: String,
+}
+
+/// A PJRT client; destroyed when the last buffer, executable and handle are gone.
+pub struct Client {
+    pub api: Arc<Api>,
+    raw: *mut ffi::PJRT_Client,
+    pub platform_name: String,
+    pub platform_version: String,
+    pub devices: Vec<DeviceInfo>,
+}
+
+// SAFETY: a PJRT client may be used from any thread (the C API is thread-safe).
+unsafe impl Send for Client {}
+unsafe impl Sync for Client {}
+
+impl Client {
+    pub fn create(api: Arc<Api>, options: &[(&str, OptionValue)]) -> Result<Arc<Client>> {
+        // Keep option names and string values alive for the call.
+        let names: Vec<CString> = options.iter().map(|(n, _)| CString::new(*n).unwrap()).collect();
+        let strs: Vec<CString> = options
+            .iter()
+            .map(|(_, v)| match v {
+                OptionValue::Str(s) => CString::new(s.as_str()).unwrap(),
+                _ => CString::default(),
+            })
+            .collect();
+        let values: Vec<ffi::PJRT_NamedValue> = options
+            .iter()
+            .enumerate()
+            .map(|(i, (n, v))| {
+                let (type_, value, value_size) = match v {
+                    OptionValue::Int(x) => (ffi::NAMED_VALUE_INT64, ffi::NamedValueUnion { int64_value: *x }, 1),
+                    OptionValue::Bool(b) => (ffi::NAMED_VALUE_BOOL, ffi::NamedValueUnion { bool_value: *b }, 1),
+                    OptionValue::Str(s) => {
+                        (ffi::NAMED_VALUE_STRING, ffi::NamedValueUnion { string_value: strs[i].as_ptr() }, s.len())
+                    }
+                };
+                ffi::PJRT_NamedValue {
+                    struct_size: std::mem::size_of::<ffi::PJRT_NamedValue>(),
+                    extension_start: ptr::null_mut(),
+                    name: names[i].as_ptr(),
+                    name_size: n.len(),
+                    type_,
+                    value,
+                    value_size,
+                }
+            })
+            .collect();
+        let mut args = ffi::PJRT_Client_Create_Args::new();
+        args.create_options = values.as_ptr();
+        args.num_options = values.len();
+        call!(&api, PJRT_Client_Create, &mut args)?;
+        let mut client = Client {
+            api,
+            raw: args.client,
+            platform_name: String::new(),
+            platform_version: String::new(),
+            devices: Vec::new(),
+        };
+        let mut name = ffi::PJRT_Client_PlatformName_Args::new();
+        name.client = client.raw;
+        call!(&client.api, PJRT_Client_PlatformName, &mut name)?;
+        client.platform_name = unsafe { str_from(name.platform_name, name.platform_name_size) };
+        let mut ver = ffi::PJRT_Client_PlatformVersion_Args::new();
+        ver.client = client.raw;
+        if call!(&client.api, PJRT_Client_PlatformVersion, &mut ver).is_ok() {
+            client.platform_version = unsafe { str_from(ver.platform_version, ver.platform_version_size) };
+        }
+        client.devices = client.list_devices()?;
+        Ok(Arc::new(client))
+    }
+
+    fn list_devices(&self) -> Result<Vec<DeviceInfo>> {
+        let mut args = ffi::PJRT_Client_AddressableDevices_Args::new();
+        args.client = self.raw;
+        call!(&self.api, PJRT_Client_AddressableDevices, &mut args)?;
+        let mut out = Vec::with_capacity(args.num_addressable_devices);
+        for i in 0..args.num_addressable_devices {
+            // SAFETY: the client owns the device array for its lifetime.
+            let raw = unsafe { *args.addressable_devices.add(i) };
+            let mut d = ffi::PJRT_Device_GetDescription_Args::new();
+            d.device = raw;
+            call!(&self.api, PJRT_Device_GetDescription, &mut d)?;
+            let mut id = ffi::PJRT_DeviceDescription_Id_Args::new();
+            id.device_description = d.device_description;
+            call!(&self.api, PJRT_DeviceDescription_Id, &mut id)?;
+            let mut kind = ffi::PJRT_DeviceDescription_Kind_Args::new();
+            kind.device_description = d.device_description;
+            call!(&self.api, PJRT_DeviceDescription_Kind, &mut kind)?;
+            let mut s = ffi::PJRT_DeviceDescription_ToString_Args::new();
+            s.device_description = d.device_description;
+            call!(&self.api, PJRT_DeviceDescription_ToString, &mut s)?;
+            let mut hw = ffi::PJRT_Device_LocalHardwareId_Args::new();
+            hw.device = raw;
+            let local_hardware_id = match call!(&self.api, PJRT_Device_LocalHardwareId, &mut hw) {
+                Ok(()) => hw.local_hardware_id,
+                Err(_) => id.id,
+            };
+            out.push(DeviceInfo {
+                raw,
+                id: id.id,
+                local_hardware_id,
+                kind: unsafe { str_from(kind.device_kind, kind.device_kind_size) },
+                description: unsafe { str_from(s.to_string, s.to_string_size) },
+            });
+        }
+        Ok(out)
+    }
+
+    /// Compiles a program (`format` "mlir": StableHLO text or bytecode) with serialized
+    /// `CompileOptionsProto` bytes.
+    pub fn compile(self: &Arc<Self>, code: &str, options: &[u8]) -> Result<Executable> {
+        let format = b"mlir";
+        let program = ffi::PJRT_Program {
+            struct_size: std::mem::size_of::<ffi::PJRT_Program>(),
+            extension_start: ptr::null_mut(),
+            code: code.as_ptr() as *mut c_char,
+            code_size: code.len(),
+            format: format.as_ptr() as *const c_char,
+            format_size: format.len(),
+        };
+        let mut args = ffi::PJRT_Client_Compile_Args::new();
+        args.client = self.raw;
+        args.program = &program;
+        args.compile_options = options.as_ptr() as *const c_char;
+        args.compile_options_size = options.len();
+        call!(&self.api, PJRT_Client_Compile, &mut args)?;
+        Executable::wrap(self, args.executable)
+    }
+
+    /// Loads an executable serialized by [`Executable::serialize`].
+    pub fn deserialize(self: &Arc<Self>, bytes: &[u8]) -> Result<Executable> {
+        let mut args = ffi::PJRT_Executable_DeserializeAndLoad_Args::new();
+        args.client = self.raw;
+        args.serialized_executable = bytes.as_ptr() as *const c_char;
+        args.serialized_executable_size = bytes.len();
+        call!(&self.api, PJRT_Executable_DeserializeAndLoad, &mut args)?;
+        Executable::wrap(self, args.loaded_executable)
+    }
+
+    /// Copies a dense row-major host array to `device`. `data` must hold exactly the bytes of
+    /// `dims` × the element size of `ty`; the caller checks that.
+    pub fn buffer_from_host(
+        self: &Arc<Self>,
+        data: &[u8],
+        ty: ffi::BufferType,
+        dims: &[i64],
+        device: &DeviceInfo,
+    ) -> Result<Buffer> {
+        let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
+        args.client = self.raw;
+        // A non-null pointer even for zero bytes: some plugins reject null data.
+        args.data = if data.is_empty() { [0u8; 8].as_ptr() as *const _ } else { data.as_ptr() as *const _ };
+        args.type_ = ty;
+        args.dims = dims.as_ptr();
+        args.num_dims = dims.len();
+        args.host_buffer_semantics = ffi::HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL;
+        args.device = device.raw;
+        call!(&self.api, PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        let buffer = Buffer { client: self.clone(), raw: args.buffer };
+        // With "immutable only during call" the host data is already copied; just free it.
+        Event::wrap(&self.api, args.done_with_host_buffer);
+        Ok(buffer)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_Client_Destroy_Args::new();
+        args.client = self.raw;
+        let _ = call!(&self.api, PJRT_Client_Destroy, &mut args);
+    }
+}
+
+/// A completion event; awaited at most once, destroyed on drop.
+pub struct Event<'a> {
+    api: &'a Api,
+    raw: *mut ffi::PJRT_Event,
+}
+
+impl<'a> Event<'a> {
+    fn wrap(api: &'a Api, raw: *mut ffi::PJRT_Event) -> Option<Event<'a>> {
+        (!raw.is_null()).then_some(Event { api, raw })
+    }
+
+    /// Blocks until the event fires; returns the error it carries, if any.
+    pub fn wait(&self) -> Result<()> {
+        let mut args = ffi::PJRT_Event_Await_Args::new();
+        args.event = self.raw;
+        call!(self.api, PJRT_Event_Await, &mut args)
+    }
+}
+
+impl Drop for Event<'_> {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_Event_Destroy_Args::new();
+        args.event = self.raw;
+        let _ = call!(self.api, PJRT_Event_Destroy, &mut args);
+    }
+}
+
+/// A device buffer; destroyed on drop.
+pub struct Buffer {
+    client: Arc<Client>,
+    raw: *mut ffi::PJRT_Buffer,
+}
+
+// SAFETY: PJRT buffers may be used and destroyed from any thread.
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    pub fn raw(&self) -> *mut ffi::PJRT_Buffer {
+        self.raw
+    }
+
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+
+    pub fn element_type(&self) -> Result<ffi::BufferType> {
+        let mut args = ffi::PJRT_Buffer_ElementType_Args::new();
+        args.buffer = self.raw;
+        call!(&self.client.api, PJRT_Buffer_ElementType, &mut args)?;
+        Ok(args.type_)
+    }
+
+    pub fn dims(&self) -> Result<Vec<i64>> {
+        let mut args = ffi::PJRT_Buffer_Dimensions_Args::new();
+        args.buffer = self.raw;
+        call!(&self.client.api, PJRT_Buffer_Dimensions, &mut args)?;
+        // SAFETY: the buffer owns `num_dims` dims.
+        Ok(unsafe { std::slice::from_raw_parts(args.dims, args.num_dims) }.to_vec())
+    }
+
+    pub fn on_device_size(&self) -> Result<usize> {
+        let mut args = ffi::PJRT_Buffer_OnDeviceSizeInBytes_Args::new();
+        args.buffer = self.raw;
+        call!(&self.client.api, PJRT_Buffer_OnDeviceSizeInBytes, &mut args)?;
+        Ok(args.on_device_size_in_bytes)
+    }
+
+    /// Waits until the buffer's contents are computed; returns the error of the computation
+    /// that produces it, if it failed.
+    pub fn wait_ready(&self) -> Result<()> {
+        let mut args = ffi::PJRT_Buffer_ReadyEvent_Args::new();
+        args.buffer = self.raw;
+        call!(&self.client.api, PJRT_Buffer_ReadyEvent, &mut args)?;
+        match Event::wrap(&self.client.api, args.event) {
+            Some(e) => e.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// Copies the buffer into `dst` (dense, row-major) and waits for the copy.
+    pub fn to_host(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.is_empty() {
+            return self.wait_ready();
+        }
+        let mut args = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
+        args.src = self.raw;
+        args.dst = dst.as_mut_ptr() as *mut _;
+        args.dst_size = dst.len();
+        call!(&self.client.api, PJRT_Buffer_ToHostBuffer, &mut args)?;
+        match Event::wrap(&self.client.api, args.event) {
+            Some(e) => e.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// Copies the buffer to another device of the same client.
+    pub fn copy_to_device(&self, device: &DeviceInfo) -> Result<Buffer> {
+        let mut args = ffi::PJRT_Buffer_CopyToDevice_Args::new();
+        args.buffer = self.raw;
+        args.dst_device = device.raw;
+        call!(&self.client.api, PJRT_Buffer_CopyToDevice, &mut args)?;
+        Ok(Buffer { client: self.client.clone(), raw: args.dst_buffer })
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_Buffer_Destroy_Args::new();
+        args.buffer = self.raw;
+        let _ = call!(&self.client.api, PJRT_Buffer_Destroy, &mut args);
+    }
+}
+
+/// A compiled, loaded executable; destroyed on drop.
+pub struct Executable {
+    client: Arc<Client>,
+    raw: *mut ffi::PJRT_LoadedExecutable,
+    pub num_outputs: usize,
+}
+
+// SAFETY: loaded executables may be executed concurrently from any thread.
+unsafe impl Send for Executable {}
+unsafe impl Sync for Executable {}
+
+impl Executable {
+    fn wrap(client: &Arc<Client>, raw: *mut ffi::PJRT_LoadedExecutable) -> Result<Executable> {
+        let mut exe = Executable { client: client.clone(), raw, num_outputs: 0 };
+        exe.num_outputs = exe.with_executable(|api, e| {
+            let mut args = ffi::PJRT_Executable_NumOutputs_Args::new();
+            args.executable = e;
+            call!(api, PJRT_Executable_NumOutputs, &mut args)?;
+            Ok(args.num_outputs)
+        })?;
+        Ok(exe)
+    }
+
+    /// Runs `f` with the (unloaded) `PJRT_Executable` view, freed afterwards.
+    fn with_executable<T>(&self, f: impl FnOnce(&Api, *mut ffi::PJRT_Executable) -> Result<T>) -> Result<T> {
+        let api = &self.client.api;
+        let mut args = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
+        args.loaded_executable = self.raw;
+        call!(api, PJRT_LoadedExecutable_GetExecutable, &mut args)?;
+        let out = f(api, args.executable);
+        let mut d = ffi::PJRT_Executable_Destroy_Args::new();
+        d.executable = args.executable;
+        let _ = call!(api, PJRT_Executable_Destroy, &mut d);
+        out
+    }
+
+    /// Size of the generated code, in bytes.
+    pub fn code_size(&self) -> Result<i64> {
+        self.with_executable(|api, e| {
+            let mut args = ffi::PJRT_Executable_SizeOfGeneratedCodeInBytes_Args::new();
+            args.executable = e;
+            call!(api, PJRT_Executable_SizeOfGeneratedCodeInBytes, &mut args)?;
+            Ok(args.size_in_bytes)
+        })
+    }
+
+    /// Serializes the executable (for a persistent compile cache).
+    pub fn serialize(&self) -> Result<Vec<u8>> {
+        self.with_executable(|api, e| {
+            let mut args = ffi::PJRT_Executable_Serialize_Args::new();
+            args.executable = e;
+            call!(api, PJRT_Executable_Serialize, &mut args)?;
+            // SAFETY: bytes owned by `serialized_executable` until its deleter runs.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(args.serialized_bytes as *const u8, args.serialized_bytes_size).to_vec()
+            };
+            if let Some(del) = args.serialized_executable_deleter {
+                unsafe { del(args.serialized_executable) };
+            }
+            Ok(bytes)
+        })
+    }
+
+    /// Executes on `device` with `args` and writes the `num_outputs` new buffers into
+    /// `outputs`. With `wait`, blocks until the device finished and returns its error.
+    pub fn execute(
+        &self,
+        args: &[*mut ffi::PJRT_Buffer],
+        device: &DeviceInfo,
+        outputs: &mut SmallVec<[Buffer; 1]>,
+        wait: bool,
+    ) -> Result<()> {
+        let mut opts = ffi::PJRT_ExecuteOptions::new();
+        let mut raw_out: SmallVec<[*mut ffi::PJRT_Buffer; 2]> = smallvec::smallvec![ptr::null_mut(); self.num_outputs];
+        let arg_list: *const *mut ffi::PJRT_Buffer = args.as_ptr();
+        let out_list: *mut *mut ffi::PJRT_Buffer = raw_out.as_mut_ptr();
+        let mut done: *mut ffi::PJRT_Event = ptr::null_mut();
+        let mut ex = ffi::PJRT_LoadedExecutable_Execute_Args::new();
+        ex.executable = self.raw;
+        ex.options = &mut opts;
+        ex.argument_lists = &arg_list;
+        ex.num_devices = 1;
+        ex.num_args = args.len();
+        ex.output_lists = &out_list;
+        ex.device_complete_events = if wait { &mut done } else { ptr::null_mut() };
+        ex.execute_device = device.raw;
+        call!(&self.client.api, PJRT_LoadedExecutable_Execute, &mut ex)?;
+        outputs.extend(raw_out.into_iter().map(|raw| Buffer { client: self.client.clone(), raw }));
+        match Event::wrap(&self.client.api, done) {
+            Some(e) => e.wait(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Executable {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_LoadedExecutable_Destroy_Args::new();
+        args.executable = self.raw;
+        let _ = call!(&self.client.api, PJRT_LoadedExecutable_Destroy, &mut args);
+    }
+}
+
+/// Serialized `CompileOptionsProto` for one replica and one partition, compiled portable
+/// so that one executable can run on any device of the client (`execute_device`).
+/// (`executable_build_options { num_replicas: 1 num_partitions: 1 }`,
+/// `compile_portable_executable: true`; an empty proto aborts inside XLA.)
+pub const COMPILE_OPTIONS: &[u8] = &[0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01];

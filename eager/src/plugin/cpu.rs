@@ -1,0 +1,24 @@
+//! The CPU target: the official OpenXLA build on PyPI, fetched automatically.
+
+use std::time::Duration;
+
+use super::Target;
+use crate::pjrt::OptionValue;
+
+pub(crate) static TARGET: Target = Target {
+    package: "xla-cpu-pjrt",
+    fetch_version: Some("0.0.1"),
+    file_in_package: "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
+    hardware: || Ok(()),
+    prepare_env: || {},
+    client_options,
+    start_timeout: Duration::from_secs(300),
+};
+
+/// `EAGER_CPU_DEVICES` sets how many CPU devices the client shows (the plugin's default is 4).
+fn client_options() -> Vec<(&'static str, OptionValue)> {
+    match std::env::var("EAGER_CPU_DEVICES").ok().and_then(|v| v.parse::<i64>().ok()) {
+        Some(n) if n > 0 => vec![("cpu_device_count", OptionValue::Int(n))],
+        _ => vec![],
+    }
+}

@@ -1,0 +1,220 @@
+//! The process-wide log of dispatches: every op and transfer, with its cache outcome,
+//! compile and execute time, bytes moved and start time. Bounded: the oldest events go first.
+//! The viz crate, the REPL and the kernel read it; nothing here formats it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::device::Device;
+use crate::shape::Spec;
+
+/// What an op (or transfer) is: name, attributes, input and output specs, device. Shared by
+/// all events of one cache key, so recording an event copies one pointer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpInfo {
+    pub name: &'static str,
+    pub attrs: String,
+    pub inputs: Vec<Spec>,
+    pub output: Spec,
+    pub device: Device,
+}
+
+impl OpInfo {
+    /// Input shapes as `[2, 3] x [3]`.
+    pub fn input_shapes(&self) -> String {
+        self.inputs.iter().map(|s| format!("{:?}", s.shape.as_slice())).collect::<Vec<_>>().join(" x ")
+    }
+
+    /// `add(f32[2, 3], f32[3])`, with attributes if any.
+    pub fn signature(&self) -> String {
+        let args: Vec<String> = self.inputs.iter().map(|s| s.to_string()).collect();
+        let attrs = if self.attrs.is_empty() { String::new() } else { format!(" {{{}}}", self.attrs) };
+        format!("{}({}){attrs}", self.name, args.join(", "))
+    }
+}
+
+/// What a dispatch was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// An op run through the compile cache.
+    Op,
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+}
+
+/// Where an op's executable came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheOutcome {
+    /// Found in the in-memory cache: executed only.
+    Hit,
+    /// Compiled now.
+    Miss,
+}
+
+/// One recorded dispatch.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Position in the process's sequence of events (never reused, survives `reset`).
+    pub seq: u64,
+    pub kind: EventKind,
+    pub info: Arc<OpInfo>,
+    /// `Some` for ops, `None` for transfers.
+    pub cache: Option<CacheOutcome>,
+    /// Start, in nanoseconds since the profiler's epoch (the first use of eager).
+    pub start_ns: u64,
+    /// Time spent compiling (0 on a hit).
+    pub compile_ns: u64,
+    /// Time spent executing (or transferring), waiting for the device included.
+    pub execute_ns: u64,
+    /// Bytes read and written: inputs plus output for an op, the payload for a transfer.
+    pub bytes: u64,
+}
+
+impl Event {
+    pub fn is_hit(&self) -> bool {
+        self.cache == Some(CacheOutcome::Hit)
+    }
+    pub fn is_miss(&self) -> bool {
+        self.cache == Some(CacheOutcome::Miss)
+    }
+    /// Wall time of the whole dispatch.
+    pub fn total_ns(&self) -> u64 {
+        self.compile_ns + self.execute_ns
+    }
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns + self.total_ns()
+    }
+    pub fn name(&self) -> &'static str {
+        self.info.name
+    }
+    pub fn device(&self) -> Device {
+        self.info.device
+    }
+}
+
+/// Events kept when nothing else is said (`EAGER_PROFILE_CAPACITY` overrides).
+pub const DEFAULT_CAPACITY: usize = 100_000;
+
+pub(crate) struct Profiler {
+    epoch: Instant,
+    enabled: AtomicBool,
+    log: Mutex<Log>,
+}
+
+struct Log {
+    events: VecDeque<Event>,
+    capacity: usize,
+    next_seq: u64,
+    dropped: u64,
+}
+
+impl Profiler {
+    pub(crate) fn new() -> Profiler {
+        let capacity = std::env::var("EAGER_PROFILE_CAPACITY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CAPACITY);
+        Profiler {
+            epoch: Instant::now(),
+            enabled: AtomicBool::new(std::env::var_os("EAGER_PROFILE_OFF").is_none()),
+            log: Mutex::new(Log { events: VecDeque::new(), capacity, next_seq: 0, dropped: 0 }),
+        }
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    pub(crate) fn ns_since(&self, start: Instant) -> u64 {
+        start.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn record(
+        &self,
+        kind: EventKind,
+        info: &Arc<OpInfo>,
+        cache: Option<CacheOutcome>,
+        start: Instant,
+        compile_ns: u64,
+        execute_ns: u64,
+        bytes: u64,
+    ) {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return;
+        }
+        let start_ns = self.ns_since(start);
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = log.next_seq;
+        log.next_seq += 1;
+        if log.events.len() >= log.capacity {
+            log.events.pop_front();
+            log.dropped += 1;
+        }
+        if log.capacity > 0 {
+            log.events.push_back(Event { seq, kind, info: info.clone(), cache, start_ns, compile_ns, execute_ns, bytes });
+        }
+    }
+}
+
+fn profiler() -> &'static Profiler {
+    &crate::runtime::global().profiler
+}
+
+/// A copy of every event still in the log, oldest first.
+pub fn events() -> Vec<Event> {
+    let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    log.events.iter().cloned().collect()
+}
+
+/// A copy of the events whose `seq` is at least `seq` (see [`next_seq`]).
+pub fn events_since(seq: u64) -> Vec<Event> {
+    let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    let skip = log.events.partition_point(|e| e.seq < seq);
+    log.events.iter().skip(skip).cloned().collect()
+}
+
+/// The `seq` the next event will get: a mark to read [`events_since`] from.
+pub fn next_seq() -> u64 {
+    profiler().log.lock().unwrap_or_else(|p| p.into_inner()).next_seq
+}
+
+/// Empties the log (sequence numbers go on).
+pub fn reset() {
+    let mut log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    log.events.clear();
+    log.dropped = 0;
+}
+
+/// Number of events pushed out of the full log since the last reset.
+pub fn dropped() -> u64 {
+    profiler().log.lock().unwrap_or_else(|p| p.into_inner()).dropped
+}
+
+/// Sets how many events the log keeps (0 keeps none).
+pub fn set_capacity(capacity: usize) {
+    let mut log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    log.capacity = capacity;
+    while log.events.len() > capacity {
+        log.events.pop_front();
+        log.dropped += 1;
+    }
+}
+
+pub fn capacity() -> usize {
+    profiler().log.lock().unwrap_or_else(|p| p.into_inner()).capacity
+}
+
+/// Turns recording on or off (on by default; `EAGER_PROFILE_OFF` starts it off).
+pub fn set_enabled(on: bool) {
+    profiler().enabled.store(on, Ordering::Relaxed);
+}
+
+pub fn is_enabled() -> bool {
+    profiler().enabled.load(Ordering::Relaxed)
+}
+
+/// Nanoseconds since the profiler's epoch, on the clock events use.
+pub fn now_ns() -> u64 {
+    profiler().now_ns()
+}

@@ -1,0 +1,246 @@
+//! The eager executor: one runtime (plugin + client) per device kind, the process-wide
+//! compile cache and profiler, and [`dispatch`], which runs one op now.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use smallvec::SmallVec;
+
+use crate::cache::{Cache, OpKey};
+use crate::device::{Device, DeviceKind};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::Op;
+use crate::pjrt::{self, Client, DeviceInfo};
+use crate::plugin;
+use crate::profiler::{CacheOutcome, EventKind, OpInfo, Profiler};
+use crate::shape::Spec;
+use crate::tensor::Tensor;
+
+/// A started device kind: its plugin, client and devices.
+pub struct Runtime {
+    pub kind: DeviceKind,
+    pub plugin_path: PathBuf,
+    pub client: Arc<Client>,
+}
+
+impl Runtime {
+    /// The PJRT device behind `device`, or a clear error naming the devices there are.
+    pub(crate) fn device(&self, device: Device) -> Result<&DeviceInfo> {
+        self.client.devices.get(device.index).ok_or_else(|| {
+            Error::invalid(
+                "device",
+                format!("{device} does not exist: the {} plugin shows {} device(s)", self.kind, self.client.devices.len()),
+            )
+        })
+    }
+
+    /// PJRT C API version of the plugin.
+    pub fn api_version(&self) -> (i32, i32) {
+        self.client.api.version
+    }
+}
+
+/// Process-wide state: runtimes, cache, profiler, random state, defaults.
+pub(crate) struct Global {
+    runtimes: Mutex<HashMap<DeviceKind, Arc<Runtime>>>,
+    plugin_paths: Mutex<HashMap<DeviceKind, PathBuf>>,
+    pub(crate) cache: Cache,
+    pub(crate) profiler: Profiler,
+    rng: Mutex<(u64, u64)>,
+    default_device: Mutex<Device>,
+}
+
+pub(crate) fn global() -> &'static Global {
+    static GLOBAL: OnceLock<Global> = OnceLock::new();
+    GLOBAL.get_or_init(|| Global {
+        runtimes: Mutex::new(HashMap::new()),
+        plugin_paths: Mutex::new(HashMap::new()),
+        cache: Cache::new(),
+        profiler: Profiler::new(),
+        rng: Mutex::new((0x5eed, 0)),
+        default_device: Mutex::new(
+            std::env::var("EAGER_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(Device::cpu()),
+        ),
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The runtime of `kind`, started on first use (plugin found, or fetched for CPU).
+pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
+    let g = global();
+    if let Some(r) = lock(&g.runtimes).get(&kind) {
+        return Ok(r.clone());
+    }
+    // Start outside the map's lock: a fetch can take a minute.
+    let explicit = lock(&g.plugin_paths).get(&kind).cloned();
+    let started = plugin::start(kind, explicit.as_deref())?;
+    let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client });
+    Ok(lock(&g.runtimes).entry(kind).or_insert(rt).clone())
+}
+
+/// Uses the plugin at `path` for `kind` (before its first use; later calls have no effect
+/// on a runtime already started).
+pub fn set_plugin_path(kind: DeviceKind, path: impl AsRef<Path>) {
+    lock(&global().plugin_paths).insert(kind, path.as_ref().to_path_buf());
+}
+
+/// The devices of `kind` (starting its runtime).
+pub fn devices(kind: DeviceKind) -> Result<Vec<Device>> {
+    let rt = runtime(kind)?;
+    Ok((0..rt.client.devices.len()).map(|i| Device::new(kind, i)).collect())
+}
+
+/// One line per device: `cpu:0  cpu  id=0  …`.
+pub fn describe_devices(kind: DeviceKind) -> Result<Vec<String>> {
+    let rt = runtime(kind)?;
+    Ok(rt
+        .client
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("{}  kind={}  id={}  ({})", Device::new(kind, i), d.kind, d.id, d.description))
+        .collect())
+}
+
+/// The device constructors use when none is given (`EAGER_DEVICE`, else `cpu:0`).
+pub fn default_device() -> Device {
+    *lock(&global().default_device)
+}
+
+pub fn set_default_device(device: Device) {
+    *lock(&global().default_device) = device;
+}
+
+/// Seeds the on-device random number generator.
+pub fn manual_seed(seed: u64) {
+    *lock(&global().rng) = (seed, 0);
+}
+
+/// The state for the next random op: the seed and a counter bumped per call.
+pub(crate) fn next_rng_state() -> [u64; 2] {
+    let mut s = lock(&global().rng);
+    s.1 += 1;
+    [s.0, s.1]
+}
+
+/// Runs `op` on `inputs` now: looks the key up in the compile cache, compiles on a miss,
+/// executes, records the event. `device` is used when there are no inputs.
+pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
+    let start = Instant::now();
+    let name = op.name();
+    let (rt, device) = match inputs.first() {
+        Some(t) => (t.runtime().clone(), t.device()),
+        None => {
+            let d = device.unwrap_or_else(default_device);
+            (runtime(d.kind)?, d)
+        }
+    };
+    if let Some(other) = inputs.iter().find(|t| t.device() != device) {
+        return Err(Error::invalid(
+            name,
+            format!("expected all tensors on one device, got {device} and {}; move one with .to(..)", other.device()),
+        ));
+    }
+    let dev = rt.device(device)?;
+    let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
+    let g = global();
+    let (exe, info, outcome, compile_ns) = match g.cache.lookup(&key) {
+        Some((exe, info)) => (exe, info, CacheOutcome::Hit, 0),
+        None => {
+            let output = key.op.infer(&key.inputs)?;
+            let info = Arc::new(OpInfo {
+                name,
+                attrs: key.op.attrs(),
+                inputs: key.inputs.to_vec(),
+                output,
+                device,
+            });
+            let mlir = key.op.emit_module(&key.inputs, &info.output);
+            let exe = Arc::new(
+                rt.client.compile(&mlir, pjrt::COMPILE_OPTIONS).map_err(Error::pjrt(format!("compiling {}", info.signature())))?,
+            );
+            let compile_ns = start.elapsed().as_nanos() as u64;
+            g.cache.insert(key, exe.clone(), info.clone(), compile_ns);
+            (exe, info, CacheOutcome::Miss, compile_ns)
+        }
+    };
+    let exec_start = Instant::now();
+    let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().raw()).collect();
+    let mut out = SmallVec::new();
+    exe.execute(&args, dev, &mut out, true).map_err(Error::pjrt(info.signature()))?;
+    let execute_ns = exec_start.elapsed().as_nanos() as u64;
+    let buffer = out.pop().expect("every op has one output");
+    let bytes = inputs.iter().map(|t| t.spec().size_in_bytes()).sum::<usize>() + info.output.size_in_bytes();
+    g.profiler.record(EventKind::Op, &info, Some(outcome), start, compile_ns, execute_ns, bytes as u64);
+    Ok(Tensor::from_parts(buffer, info.output.clone(), device, rt))
+}
+
+/// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.
+pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor> {
+    if bytes.len() != spec.size_in_bytes() {
+        return Err(Error::shape(
+            "from_slice",
+            format!("{} bytes do not make a {spec} tensor ({} bytes)", bytes.len(), spec.size_in_bytes()),
+        ));
+    }
+    let rt = runtime(device.kind)?;
+    let dev = rt.device(device)?;
+    let start = Instant::now();
+    let dims: SmallVec<[i64; 4]> = spec.shape.iter().map(|&d| d as i64).collect();
+    let buffer =
+        rt.client.buffer_from_host(bytes, spec.dtype.pjrt(), &dims, dev).map_err(Error::pjrt(format!("copying {spec} to {device}")))?;
+    let ns = start.elapsed().as_nanos() as u64;
+    record_transfer(EventKind::HostToDevice, "to_device", &spec, device, start, ns);
+    Ok(Tensor::from_parts(buffer, spec, device, rt))
+}
+
+/// Copies a tensor's bytes to the host, recording the transfer.
+pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
+    let start = Instant::now();
+    let mut bytes = vec![0u8; t.spec().size_in_bytes()];
+    t.buffer().to_host(&mut bytes).map_err(Error::pjrt(format!("copying {} from {} to the host", t.spec(), t.device())))?;
+    let ns = start.elapsed().as_nanos() as u64;
+    record_transfer(EventKind::DeviceToHost, "to_host", t.spec(), t.device(), start, ns);
+    Ok(bytes)
+}
+
+/// Copies a tensor to another device (same plugin: device to device; else through the host).
+pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
+    if device == t.device() {
+        return Ok(t.clone());
+    }
+    if device.kind != t.device().kind {
+        let bytes = download(t)?;
+        return upload(&bytes, t.spec().clone(), device);
+    }
+    let rt = t.runtime().clone();
+    let dev = rt.device(device)?;
+    let start = Instant::now();
+    let buffer = t.buffer().copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
+    buffer.wait_ready().map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
+    let ns = start.elapsed().as_nanos() as u64;
+    record_transfer(EventKind::DeviceToDevice, "to_device", t.spec(), device, start, ns);
+    Ok(Tensor::from_parts(buffer, t.spec().clone(), device, rt))
+}
+
+fn record_transfer(kind: EventKind, name: &'static str, spec: &Spec, device: Device, start: Instant, ns: u64) {
+    let g = global();
+    if !crate::profiler::is_enabled() {
+        return;
+    }
+    let info = Arc::new(OpInfo { name, attrs: String::new(), inputs: vec![spec.clone()], output: spec.clone(), device });
+    g.profiler.record(kind, &info, None, start, 0, ns, spec.size_in_bytes() as u64);
+}
+
+/// A scalar of `dtype` on `device` (uploaded; values of scalars are inputs, not attributes,
+/// so that `x * 2.0` and `x * 3.0` share one executable).
+pub(crate) fn scalar(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+    let bytes = crate::tensor::encode_f64(&[value], dtype);
+    upload(&bytes, Spec::new(&[], dtype), device)
+}

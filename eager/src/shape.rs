@@ -1,0 +1,75 @@
+//! Shapes and the NumPy broadcasting rule.
+
+use smallvec::SmallVec;
+
+use crate::dtype::DType;
+
+/// Dimensions of a tensor (inline up to rank 4, so keys and specs rarely allocate).
+pub type Shape = SmallVec<[usize; 4]>;
+
+/// Shape and dtype of a tensor: what an op's rule checks and what a cache key holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Spec {
+    pub shape: Shape,
+    pub dtype: DType,
+}
+
+impl Spec {
+    pub fn new(shape: &[usize], dtype: DType) -> Spec {
+        Spec { shape: shape.into(), dtype }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    pub fn size_in_bytes(&self) -> usize {
+        self.numel() * self.dtype.size_in_bytes()
+    }
+    /// The StableHLO type, e.g. `tensor<2x3xf32>` or `tensor<f32>` for a scalar.
+    pub fn mlir(&self) -> String {
+        let mut s = String::from("tensor<");
+        for d in &self.shape {
+            s.push_str(&d.to_string());
+            s.push('x');
+        }
+        s.push_str(self.dtype.mlir());
+        s.push('>');
+        s
+    }
+}
+
+impl std::fmt::Display for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape.as_slice())
+    }
+}
+
+/// NumPy broadcasting of two shapes: align on the right, sizes equal or one of them 1.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Shape> {
+    let rank = a.len().max(b.len());
+    let mut out = Shape::with_capacity(rank);
+    for i in 0..rank {
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        out.push(match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        });
+    }
+    Some(out)
+}
+
+/// Whether `from` broadcasts to exactly `to`.
+pub fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len() && broadcast_shapes(from, to).is_some_and(|s| s.as_slice() == to)
+}
+
+/// Resolves a possibly negative dim against `rank` (`-1` is the last).
+pub fn resolve_dim(dim: isize, rank: usize) -> Option<usize> {
+    let d = if dim < 0 { dim + rank as isize } else { dim };
+    (0..rank as isize).contains(&d).then_some(d as usize)
+}

@@ -1,0 +1,1 @@
+//! The eager terminal REPL (its issue builds it on evcxr).

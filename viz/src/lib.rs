@@ -1,0 +1,1 @@
+//! Profiling views of eager dispatch (see issue: viz).
