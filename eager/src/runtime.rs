@@ -46,6 +46,8 @@ impl Runtime {
 /// Process-wide state: runtimes, cache, profiler, random state, defaults.
 pub(crate) struct Global {
     runtimes: Mutex<HashMap<DeviceKind, Arc<Runtime>>>,
+    /// Held while a runtime starts, so that threads asking at once start it once.
+    starting: Mutex<()>,
     plugin_paths: Mutex<HashMap<DeviceKind, PathBuf>>,
     pub(crate) cache: Cache,
     pub(crate) profiler: Profiler,
@@ -57,6 +59,7 @@ pub(crate) fn global() -> &'static Global {
     static GLOBAL: OnceLock<Global> = OnceLock::new();
     GLOBAL.get_or_init(|| Global {
         runtimes: Mutex::new(HashMap::new()),
+        starting: Mutex::new(()),
         plugin_paths: Mutex::new(HashMap::new()),
         cache: Cache::new(),
         profiler: Profiler::new(),
@@ -77,7 +80,11 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
     if let Some(r) = lock(&g.runtimes).get(&kind) {
         return Ok(r.clone());
     }
-    // Start outside the map's lock: a fetch can take a minute.
+    // Start outside the map's lock (a fetch can take a minute) but under the start lock.
+    let _starting = lock(&g.starting);
+    if let Some(r) = lock(&g.runtimes).get(&kind) {
+        return Ok(r.clone());
+    }
     let explicit = lock(&g.plugin_paths).get(&kind).cloned();
     let started = plugin::start(kind, explicit.as_deref())?;
     let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client });

@@ -63,8 +63,8 @@ pub struct Api {
     table: *const ffi::PJRT_Api,
     pub path: PathBuf,
     pub version: (i32, i32),
-    // Kept last so the table outlives every use; never unloaded while an Arc<Api> exists.
-    _lib: libloading::Library,
+    // Never dlclosed: XLA plugins keep threads and static destructors that crash on unload.
+    _lib: std::mem::ManuallyDrop<libloading::Library>,
 }
 
 // SAFETY: the PJRT C API is thread-safe by contract; the table is immutable after load.
@@ -105,7 +105,7 @@ impl Api {
         if version.0 != ffi::API_MAJOR {
             return Err(LoadError::Version { path: path.into(), major: version.0, minor: version.1 });
         }
-        Ok(Api { table, path: path.into(), version, _lib: lib })
+        Ok(Api { table, path: path.into(), version, _lib: std::mem::ManuallyDrop::new(lib) })
     }
 
     /// `PJRT_Plugin_Initialize`; call once per process per plugin.
