@@ -23,7 +23,7 @@ pub struct OpKey {
 }
 
 /// Counters of one key.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KeyStats {
     pub hits: u64,
     pub misses: u64,
@@ -31,14 +31,14 @@ pub struct KeyStats {
 }
 
 /// One cached program, as [`entries`] lists it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EntryStats {
     pub info: Arc<OpInfo>,
     pub stats: KeyStats,
 }
 
 /// Totals over the cache's life (since the last [`clear`]).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CacheStats {
     pub entries: usize,
     pub capacity: usize,

@@ -4,7 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A kind of XLA device, each reached through its own PJRT plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
     Cpu,
     Tpu,
@@ -42,7 +43,7 @@ impl FromStr for DeviceKind {
 }
 
 /// One device: `cpu:0`, `tpu:3`, `cuda:1`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Device {
     pub kind: DeviceKind,
     pub index: usize,

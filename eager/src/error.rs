@@ -23,6 +23,9 @@ pub enum Error {
     Plugin(#[from] crate::plugin::PluginError),
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The session was interrupted (Ctrl-C in the REPL, interrupt in a notebook).
+    #[error("{op}: interrupted")]
+    Interrupted { op: &'static str },
 }
 
 impl Error {

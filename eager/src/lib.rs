@@ -25,6 +25,7 @@ pub mod pjrt;
 pub mod plugin;
 pub mod profiler;
 pub mod runtime;
+pub mod session;
 pub mod shape;
 pub mod tensor;
 

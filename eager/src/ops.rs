@@ -443,6 +443,8 @@ impl Op {
                 let zero = e.constant(&x[0].spec, 0.0);
                 e.op(Unary::Relu.hlo(), &[&x[0], &zero], "", out)
             }
+            // stablehlo.abs takes no unsigned ints; their abs is the value itself.
+            Op::Unary(Unary::Abs) if x[0].spec.dtype.is_int() && !x[0].spec.dtype.is_signed_int() => x[0].clone(),
             Op::Unary(u) => e.op(u.hlo(), &[&x[0]], "", out),
             Op::Binary(b) => {
                 let a = e.broadcast(&x[0], &out.shape);
@@ -487,10 +489,23 @@ impl Op {
                     Reduce::Max => e.reduce(&x[0], dims, "stablehlo.maximum", lowest(x[0].spec.dtype)),
                     Reduce::Min => e.reduce(&x[0], dims, "stablehlo.minimum", highest(x[0].spec.dtype)),
                     Reduce::Mean => {
-                        let s = e.reduce(&x[0], dims, "stablehlo.add", 0.0);
+                        // f16/bf16: sum and divide in f32 (as torch does), so that neither the
+                        // sum nor the count (inf in f16 past 65504) overflows.
+                        let narrow = matches!(out.dtype, DType::F16 | DType::BF16);
+                        let v = if narrow {
+                            e.op("stablehlo.convert", &[&x[0]], "", &Spec { shape: x[0].spec.shape.clone(), dtype: DType::F32 })
+                        } else {
+                            x[0].clone()
+                        };
+                        let s = e.reduce(&v, dims, "stablehlo.add", 0.0);
                         let count: usize = dims.iter().map(|&d| x[0].spec.shape[d]).product();
                         let c = e.constant(&s.spec, count as f64);
-                        e.op("stablehlo.divide", &[&s, &c], "", &flat)
+                        let m = e.op("stablehlo.divide", &[&s, &c], "", &s.spec);
+                        if narrow {
+                            e.op("stablehlo.convert", &[&m], "", &flat)
+                        } else {
+                            m
+                        }
                     }
                     Reduce::ArgMax => e.arg_reduce(&x[0], dims[0], "GT"),
                     Reduce::ArgMin => e.arg_reduce(&x[0], dims[0], "LT"),
@@ -547,7 +562,26 @@ impl Op {
                 // Generate in f32 (f64 for f64 outputs), then convert.
                 let work = if *dtype == DType::F64 { DType::F64 } else { DType::F32 };
                 let r = match dist {
-                    Dist::Uniform => e.uniform(&x[0], shape, work),
+                    Dist::Uniform => {
+                        let u = e.uniform(&x[0], shape, work);
+                        // f16/bf16 would round values just below 1 up to 1: floor onto the
+                        // output's grid of 2^-digits first (as torch does), which it holds exactly.
+                        let digits = match dtype {
+                            DType::F16 => 11,
+                            DType::BF16 => 8,
+                            _ => 0,
+                        };
+                        if digits == 0 {
+                            u
+                        } else {
+                            let spec = Spec { shape: shape.clone(), dtype: work };
+                            let scale = e.constant(&spec, (1u32 << digits) as f64);
+                            let inv = e.constant(&spec, 1.0 / (1u32 << digits) as f64);
+                            let scaled = e.op("stablehlo.multiply", &[&u, &scale], "", &spec);
+                            let floored = e.op("stablehlo.floor", &[&scaled], "", &spec);
+                            e.op("stablehlo.multiply", &[&floored, &inv], "", &spec)
+                        }
+                    }
                     Dist::Normal => {
                         // Box-Muller: sqrt(-2 ln(1 - u1)) * cos(2 pi u2).
                         let mut two: Shape = smallvec::smallvec![2];

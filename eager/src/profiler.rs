@@ -12,7 +12,7 @@ use crate::shape::Spec;
 
 /// What an op (or transfer) is: name, attributes, input and output specs, device. Shared by
 /// all events of one cache key, so recording an event copies one pointer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OpInfo {
     pub name: &'static str,
     pub attrs: String,
@@ -35,8 +35,41 @@ impl OpInfo {
     }
 }
 
+/// [`OpInfo`] as read back from JSON (derived Deserialize cannot make `&'static str`) (a REPL host reading a child's log).
+#[derive(serde::Deserialize)]
+struct OpInfoWire {
+    name: String,
+    attrs: String,
+    inputs: Vec<Spec>,
+    output: Spec,
+    device: Device,
+}
+
+impl<'de> serde::Deserialize<'de> for OpInfo {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OpInfo, D::Error> {
+        let w = OpInfoWire::deserialize(d)?;
+        Ok(OpInfo { name: intern(w.name), attrs: w.attrs, inputs: w.inputs, output: w.output, device: w.device })
+    }
+}
+
+/// Op names are few (one per op kind): each distinct one read back is leaked once.
+fn intern(name: String) -> &'static str {
+    use std::collections::HashSet;
+    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    let names = names.get_or_insert_with(HashSet::new);
+    match names.get(name.as_str()) {
+        Some(n) => n,
+        None => {
+            let n: &'static str = Box::leak(name.into_boxed_str());
+            names.insert(n);
+            n
+        }
+    }
+}
+
 /// What a dispatch was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum EventKind {
     /// An op run through the compile cache.
     Op,
@@ -46,7 +79,7 @@ pub enum EventKind {
 }
 
 /// Where an op's executable came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum CacheOutcome {
     /// Found in the in-memory cache: executed only.
     Hit,
@@ -54,8 +87,8 @@ pub enum CacheOutcome {
     Miss,
 }
 
-/// One recorded dispatch.
-#[derive(Debug, Clone)]
+/// One recorded dispatch (serializable, so a REPL host can read a child's log).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Event {
     /// Position in the process's sequence of events (never reused, survives `reset`).
     pub seq: u64,

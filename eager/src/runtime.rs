@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -53,21 +54,36 @@ pub(crate) struct Global {
     pub(crate) profiler: Profiler,
     rng: Mutex<(u64, u64)>,
     default_device: Mutex<Device>,
+    /// Set by an interrupt (the REPL's Ctrl-C): every dispatch fails until it is cleared.
+    interrupted: AtomicBool,
 }
 
+impl Global {
+    fn new() -> Global {
+        Global {
+            runtimes: Mutex::new(HashMap::new()),
+            starting: Mutex::new(()),
+            plugin_paths: Mutex::new(HashMap::new()),
+            cache: Cache::new(),
+            profiler: Profiler::new(),
+            rng: Mutex::new((0x5eed, 0)),
+            default_device: Mutex::new(
+                std::env::var("EAGER_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(Device::cpu()),
+            ),
+            interrupted: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn set_interrupted(&self, on: bool) {
+        self.interrupted.store(on, Ordering::Relaxed);
+    }
+}
+
+/// The process's state: shared with other copies of this library in the process when a host
+/// offers a slot for it (see [`crate::session`]).
 pub(crate) fn global() -> &'static Global {
-    static GLOBAL: OnceLock<Global> = OnceLock::new();
-    GLOBAL.get_or_init(|| Global {
-        runtimes: Mutex::new(HashMap::new()),
-        starting: Mutex::new(()),
-        plugin_paths: Mutex::new(HashMap::new()),
-        cache: Cache::new(),
-        profiler: Profiler::new(),
-        rng: Mutex::new((0x5eed, 0)),
-        default_device: Mutex::new(
-            std::env::var("EAGER_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(Device::cpu()),
-        ),
-    })
+    static GLOBAL: OnceLock<&'static Global> = OnceLock::new();
+    GLOBAL.get_or_init(|| crate::session::shared_or_new(Global::new))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -141,6 +157,10 @@ pub(crate) fn next_rng_state() -> [u64; 2] {
 pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
     let start = Instant::now();
     let name = op.name();
+    let g = global();
+    if g.interrupted.load(Ordering::Relaxed) {
+        return Err(Error::Interrupted { op: name });
+    }
     let (rt, device) = match inputs.first() {
         Some(t) => (t.runtime().clone(), t.device()),
         None => {
@@ -156,7 +176,6 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
     }
     let dev = rt.device(device)?;
     let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
-    let g = global();
     let (exe, info, outcome, compile_ns) = match g.cache.lookup(&key) {
         Some((exe, info)) => (exe, info, CacheOutcome::Hit, 0),
         None => {

@@ -8,7 +8,7 @@ use crate::dtype::DType;
 pub type Shape = SmallVec<[usize; 4]>;
 
 /// Shape and dtype of a tensor: what an op's rule checks and what a cache key holds.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Spec {
     pub shape: Shape,
     pub dtype: DType,

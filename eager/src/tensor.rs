@@ -621,9 +621,21 @@ impl fmt::Display for Tensor {
     }
 }
 
+/// Debug is the full text, as torch's `repr`: `Ok(t)` ending a REPL cell shows the values.
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor(shape={:?}, dtype={}, device={})", self.shape(), self.dtype(), self.device())
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Tensor {
+    /// How evcxr (the REPL, the Jupyter kernel) shows a tensor that ends a cell: the text, and
+    /// the same in HTML for notebooks.
+    pub fn evcxr_display(&self) {
+        let text = self.to_string();
+        let html = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        println!("EVCXR_BEGIN_CONTENT text/plain\n{text}\nEVCXR_END_CONTENT");
+        println!("EVCXR_BEGIN_CONTENT text/html\n<pre class=\"eager-tensor\">{html}</pre>\nEVCXR_END_CONTENT");
     }
 }
 

@@ -1,0 +1,192 @@
+//! One eager runtime per process, even when the library is loaded more than once. evcxr
+//! compiles every REPL cell into its own shared object with its own copy of eager's statics;
+//! a host binary that exports the symbol [`SLOT_SYMBOL`] (an `AtomicPtr`, see the repl crate)
+//! lets every copy find the state the first copy made: one PJRT client, one compile cache,
+//! one profiler log for the whole session. Without the symbol (ordinary programs) the
+//! library's own static is used.
+//!
+//! The copy that creates the state also serves a control socket when [`CONTROL_SOCKET_ENV`]
+//! names one: the REPL host reads the profiler log and the cache through it, sets the default
+//! device and interrupts a running cell.
+
+use std::ffi::c_void;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use serde_json::{json, Value};
+
+use crate::runtime::Global;
+use crate::{cache, plugin, profiler, runtime, Device, DeviceKind};
+
+/// The symbol a host binary exports (`static EAGER_SESSION_SLOT: AtomicPtr<c_void>`).
+pub const SLOT_SYMBOL: &str = "EAGER_SESSION_SLOT";
+/// Env var naming the Unix socket the session's control server listens on.
+pub const CONTROL_SOCKET_ENV: &str = "EAGER_CONTROL_SOCKET";
+
+/// What the slot points to. `repr(C)` and a build fingerprint: a copy built from other
+/// source (eager edited mid-session) must not read another copy's `Global`.
+#[repr(C)]
+struct SlotRecord {
+    magic: u64,
+    build_id: *const u8,
+    build_id_len: usize,
+    global: *const Global,
+}
+
+const MAGIC: u64 = 0xEA6E_5E55_0000_0001;
+const BUILD_ID: &str = env!("EAGER_BUILD_ID");
+
+/// The process's shared state if a host slot has one, else `make()`'s (published to the slot
+/// when there is one).
+pub(crate) fn shared_or_new(make: fn() -> Global) -> &'static Global {
+    let Some(slot) = find_slot() else {
+        return Box::leak(Box::new(make()));
+    };
+    if let Some(g) = read_slot(slot) {
+        return g;
+    }
+    let g: &'static Global = Box::leak(Box::new(make()));
+    let rec = Box::into_raw(Box::new(SlotRecord { magic: MAGIC, build_id: BUILD_ID.as_ptr(), build_id_len: BUILD_ID.len(), global: g }));
+    match slot.compare_exchange(std::ptr::null_mut(), rec as *mut c_void, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            start_control_server();
+            g
+        }
+        Err(_) => {
+            // Another copy won the race; use its state.
+            // SAFETY: `rec` was never published.
+            drop(unsafe { Box::from_raw(rec) });
+            read_slot(slot).unwrap_or(g)
+        }
+    }
+}
+
+fn find_slot() -> Option<&'static AtomicPtr<c_void>> {
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: a host exports this symbol only as `static AtomicPtr<c_void>`.
+    let sym = unsafe { this.get::<*mut AtomicPtr<c_void>>(b"EAGER_SESSION_SLOT\0") }.ok()?;
+    let p: *mut AtomicPtr<c_void> = *sym;
+    // SAFETY: the host's static lives as long as the process.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+fn read_slot(slot: &AtomicPtr<c_void>) -> Option<&'static Global> {
+    let rec = slot.load(Ordering::Acquire) as *const SlotRecord;
+    if rec.is_null() {
+        return None;
+    }
+    // SAFETY: records are leaked once published and come from a copy of this code (checked by
+    // magic and fingerprint before the `Global` pointer is used).
+    let rec = unsafe { &*rec };
+    let id = unsafe { std::slice::from_raw_parts(rec.build_id, rec.build_id_len) };
+    if rec.magic == MAGIC && id == BUILD_ID.as_bytes() {
+        return Some(unsafe { &*rec.global });
+    }
+    eprintln!("eager: this cell's eager was built from other source than the session's; it gets a runtime of its own (restart the session to share one again)");
+    None
+}
+
+/// Shows any `Debug` value that ends a REPL cell in one compile: evcxr first tries the
+/// value's `evcxr_display` and compiles the cell again with `Debug` when there is none.
+/// Types with their own (like [`crate::Tensor`]) keep it: inherent methods win.
+pub trait EvcxrDisplay {
+    fn evcxr_display(&self);
+}
+
+impl<T: std::fmt::Debug + ?Sized> EvcxrDisplay for T {
+    fn evcxr_display(&self) {
+        println!("EVCXR_BEGIN_CONTENT text/plain\n{self:?}\nEVCXR_END_CONTENT");
+    }
+}
+
+/// Makes sure the session's runtime exists (and its control server runs). The REPL's
+/// preload cell calls it, so the host can talk to the child before the first user op.
+pub fn attach() {
+    let _ = runtime::global();
+}
+
+fn start_control_server() {
+    let Some(path) = std::env::var_os(CONTROL_SOCKET_ENV) else { return };
+    let _ = std::fs::remove_file(&path);
+    let listener = match UnixListener::bind(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("eager: cannot listen on {}: {e}", std::path::Path::new(&path).display());
+            return;
+        }
+    };
+    let _ = std::thread::Builder::new().name("eager-control".into()).spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = std::thread::Builder::new().name("eager-control-conn".into()).spawn(move || serve(stream));
+        }
+    });
+}
+
+/// One JSON request per line, one JSON reply per line.
+fn serve(stream: UnixStream) {
+    let Ok(mut out) = stream.try_clone() else { return };
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { return };
+        let reply = match serde_json::from_str::<Value>(&line) {
+            Ok(req) => handle(&req).unwrap_or_else(|e| json!({ "error": e })),
+            Err(e) => json!({ "error": format!("bad request: {e}") }),
+        };
+        if writeln!(out, "{reply}").is_err() {
+            return;
+        }
+    }
+}
+
+fn handle(req: &Value) -> Result<Value, String> {
+    let g = runtime::global();
+    Ok(match req["op"].as_str().unwrap_or("") {
+        "seq" => json!({ "seq": profiler::next_seq() }),
+        "events" => {
+            let since = req["since"].as_u64().unwrap_or(0);
+            json!({ "events": profiler::events_since(since), "dropped": profiler::dropped() })
+        }
+        "cache" => json!({ "stats": cache::stats(), "entries": cache::entries() }),
+        "cache_clear" => {
+            cache::clear();
+            json!({ "ok": true })
+        }
+        "profile_reset" => {
+            profiler::reset();
+            json!({ "ok": true })
+        }
+        "devices" => json!({ "default": runtime::default_device().to_string(), "lines": device_lines() }),
+        "set_device" => {
+            let d: Device = req["device"].as_str().unwrap_or("").parse()?;
+            let rt = runtime::runtime(d.kind).map_err(|e| e.to_string())?;
+            rt.device(d).map_err(|e| e.to_string())?;
+            runtime::set_default_device(d);
+            json!({ "device": d.to_string() })
+        }
+        "interrupt" => {
+            g.set_interrupted(true);
+            json!({ "ok": true })
+        }
+        "clear_interrupt" => {
+            g.set_interrupted(false);
+            json!({ "ok": true })
+        }
+        other => return Err(format!("unknown request {other:?}")),
+    })
+}
+
+/// Every device kind: its devices if its runtime starts, else why not.
+fn device_lines() -> Vec<String> {
+    let mut lines = Vec::new();
+    for kind in DeviceKind::ALL {
+        if let Err(why) = plugin::hardware_present(kind) {
+            lines.push(format!("{kind}: unavailable: {why}"));
+            continue;
+        }
+        match runtime::describe_devices(kind) {
+            Ok(ds) => lines.extend(ds),
+            Err(e) => lines.push(format!("{kind}: unavailable: {e}")),
+        }
+    }
+    lines
+}

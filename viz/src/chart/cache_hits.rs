@@ -1,0 +1,72 @@
+//! Compile-cache hits and misses over the run: cumulative counts against op dispatch
+//! number. Warm-up shows as a steep miss line that flattens; shape churn as one that
+//! never does.
+
+use plotters::prelude::*;
+
+use crate::profile::Profile;
+use crate::style::{tick_format, Area, DrawResult, Look, HIT, MISS};
+
+pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {
+    let (hits, misses) = (p.hits(), p.misses());
+    let subtitle = format!(
+        "{hits} hits, {misses} misses over {} op dispatches · hit rate {:.1}%",
+        hits + misses,
+        100.0 * p.hit_rate()
+    );
+    let legend = [("hits (execute only)", HIT), ("misses (compile + execute)", MISS)];
+    let body = look.header(root, "Compile cache over the run", &subtitle, &legend)?;
+    if hits + misses == 0 {
+        return look.nothing(&body, "no op dispatches recorded");
+    }
+
+    // Cumulative counts, with points only where the outcome switches: between switches
+    // each line is straight, so thousands of dispatches stay a few points.
+    let (mut h, mut m) = (Vec::new(), Vec::new());
+    let (mut nh, mut nm, mut last) = (0u64, 0u64, None);
+    for (i, e) in p.ops().enumerate() {
+        if last != Some(e.is_hit()) {
+            h.push((i as f64, nh as f64));
+            m.push((i as f64, nm as f64));
+            last = Some(e.is_hit());
+        }
+        if e.is_hit() {
+            nh += 1
+        } else {
+            nm += 1
+        }
+    }
+    let n = (hits + misses) as f64;
+    h.push((n, nh as f64));
+    m.push((n, nm as f64));
+
+    let y_max = (hits.max(misses) as f64 * 1.08).max(1.0);
+    let (w, _) = body.dim_in_pixel();
+    let x_ticks = (w / look.px(110)).clamp(2, 12) as usize;
+    let y_ticks = 6;
+    let mut chart = ChartBuilder::on(&body)
+        .margin_left(look.px(16))
+        .margin_right(look.px(28))
+        .margin_bottom(look.px(8))
+        .x_label_area_size(look.px(56))
+        .y_label_area_size(look.px(84))
+        .build_cartesian_2d(0f64..n, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .x_labels(x_ticks)
+        .y_labels(y_ticks)
+        .x_label_formatter(&tick_format(n.max(x_ticks as f64), x_ticks))
+        .y_label_formatter(&tick_format(y_max.max(y_ticks as f64), y_ticks))
+        .x_desc("op dispatches so far (count)")
+        .y_desc("cumulative count")
+        .label_style(look.tick())
+        .axis_desc_style(look.axis())
+        .axis_style(crate::style::INK)
+        .bold_line_style(crate::style::GRID)
+        .light_line_style(TRANSPARENT)
+        .draw()?;
+    let stroke = look.px(3).max(2);
+    chart.draw_series(LineSeries::new(h, HIT.stroke_width(stroke)))?;
+    chart.draw_series(LineSeries::new(m, MISS.stroke_width(stroke)))?;
+    Ok(())
+}

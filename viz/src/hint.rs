@@ -1,0 +1,140 @@
+//! The recompile hint: an op compiled for many distinct shapes is the eager-mode pitfall
+//! (every new shape is a new XLA compile), so name the op, the shapes and what varies.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use eager::profiler::{Event, EventKind};
+
+use crate::profile::Profile;
+use crate::units::duration;
+
+/// Distinct shapes one op may be compiled for within a profile before a [`Hint`] is given.
+/// Like torch.compile's recompile limit: a model with a few layer sizes stays under it, a
+/// sequence length or batch size that changes every step goes over it.
+pub const RECOMPILE_THRESHOLD: usize = 8;
+
+/// One op that compiled for [`RECOMPILE_THRESHOLD`] or more distinct shapes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hint {
+    pub op: &'static str,
+    /// The distinct shapes compiled (`[2, 16] x [16]`), in order of first compile.
+    pub shapes: Vec<String>,
+    /// Where they differ: `dim 0 of input 0`.
+    pub varying: Vec<String>,
+    /// Time spent compiling this op for all those shapes.
+    pub compile_ns: u64,
+}
+
+/// Input shapes then output shape: what a recompile for "a new shape" means (ops without
+/// inputs, like `fill` or `random`, take their shape from an attribute).
+type Signature = Vec<Vec<usize>>;
+
+fn signature(e: &Event) -> Signature {
+    e.info.inputs.iter().chain(std::iter::once(&e.info.output)).map(|s| s.shape.to_vec()).collect()
+}
+
+fn show(shapes: &[Vec<usize>]) -> String {
+    shapes.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" x ")
+}
+
+/// The dims that change most between signatures (input or output, dim): with two call
+/// sites mixed (a layer of 64 and one of 128), the batch dim still has the most sizes.
+fn varying(sigs: &[Signature]) -> Vec<String> {
+    let first = &sigs[0];
+    let inputs = first.len() - 1;
+    let mut counts: Vec<(usize, usize, usize)> = Vec::new();
+    for (p, shape) in first.iter().enumerate() {
+        // Only positions with the same rank everywhere have a dim to name.
+        if !sigs.iter().all(|s| s.len() == first.len() && s[p].len() == shape.len()) {
+            continue;
+        }
+        for d in 0..shape.len() {
+            let sizes: HashSet<usize> = sigs.iter().map(|s| s[p][d]).collect();
+            counts.push((p, d, sizes.len()));
+        }
+    }
+    // An output dim that follows an input dim says nothing new: inputs first.
+    let inputs_vary = counts.iter().any(|&(p, _, n)| p < inputs && n > 1);
+    counts.retain(|&(p, _, n)| n > 1 && (p < inputs || !inputs_vary));
+    let most = counts.iter().map(|c| c.2).max().unwrap_or(0);
+    counts
+        .iter()
+        .filter(|c| c.2 == most)
+        .map(|&(p, d, _)| if p < inputs { format!("dim {d} of input {p}") } else { format!("dim {d} of the output") })
+        .collect()
+}
+
+/// The compiles of one op: distinct signatures in order of first compile, and their cost.
+struct Compiles {
+    op: &'static str,
+    sigs: Vec<Signature>,
+    seen: HashSet<Signature>,
+    compile_ns: u64,
+}
+
+impl Compiles {
+    fn hint(self) -> Hint {
+        let inputs: Vec<String> = self.sigs.iter().map(|s| show(&s[..s.len() - 1])).collect();
+        // Show outputs too when inputs alone do not tell the compiles apart (reshape, fill).
+        let with_output = inputs.iter().collect::<HashSet<_>>().len() < inputs.len();
+        let shapes = self
+            .sigs
+            .iter()
+            .zip(inputs)
+            .map(|(s, i)| if with_output { format!("{i} → {:?}", s[s.len() - 1]).trim_start().into() } else { i })
+            .collect();
+        Hint { op: self.op, shapes, varying: varying(&self.sigs), compile_ns: self.compile_ns }
+    }
+}
+
+pub(crate) fn hints(events: &[Event], threshold: usize) -> Vec<Hint> {
+    let mut ops: Vec<Compiles> = Vec::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::Op && e.is_miss()) {
+        let i = ops.iter().position(|o| o.op == e.name()).unwrap_or_else(|| {
+            ops.push(Compiles { op: e.name(), sigs: Vec::new(), seen: HashSet::new(), compile_ns: 0 });
+            ops.len() - 1
+        });
+        let sig = signature(e);
+        if ops[i].seen.insert(sig.clone()) {
+            ops[i].sigs.push(sig);
+        }
+        ops[i].compile_ns += e.compile_ns;
+    }
+    let mut hints: Vec<Hint> = ops.into_iter().filter(|o| o.sigs.len() >= threshold).map(Compiles::hint).collect();
+    hints.sort_by(|a, b| b.compile_ns.cmp(&a.compile_ns));
+    hints
+}
+
+impl fmt::Display for Hint {
+    /// One line: the op, how many shapes, a few of them, what varies, the cost, the fix.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 3;
+        let n = self.shapes.len();
+        let mut listed: Vec<&str> = self.shapes.iter().take(SHOWN).map(String::as_str).collect();
+        if n > SHOWN + 1 {
+            listed.push("…");
+        }
+        if n > SHOWN {
+            listed.push(&self.shapes[n - 1]);
+        }
+        write!(f, "hint: `{}` was compiled for {n} distinct shapes ({}", self.op, listed.join(", "))?;
+        if !self.varying.is_empty() {
+            let verb = if self.varying.len() == 1 { "varies" } else { "vary" };
+            write!(f, "; {} {verb}", self.varying.join(", "))?;
+        }
+        write!(
+            f,
+            "), {} of compiling: pad or bucket the varying sizes so shapes repeat and the compile cache hits",
+            duration(self.compile_ns)
+        )
+    }
+}
+
+impl Profile {
+    /// Ops compiled for [`RECOMPILE_THRESHOLD`] or more distinct shapes, costliest first;
+    /// empty when shapes are steady.
+    pub fn hints(&self) -> Vec<Hint> {
+        hints(self.events(), RECOMPILE_THRESHOLD)
+    }
+}

@@ -1,0 +1,164 @@
+//! Capturing a stretch of eager's dispatch log as a [`Profile`].
+
+use eager::profiler::{self, Event, EventKind};
+use eager::Device;
+
+/// Recorded dispatches (ops and transfers), sorted by start, and the wall-clock window they
+/// fell in. Every view (table, charts, trace, hints) is drawn from this alone.
+#[derive(Debug, Clone, Default)]
+pub struct Profile {
+    events: Vec<Event>,
+    start_ns: u64,
+    end_ns: u64,
+    lost: u64,
+}
+
+impl Profile {
+    /// A profile of `events` (any order); its window spans them.
+    pub fn from_events(mut events: Vec<Event>) -> Profile {
+        events.sort_by_key(|e| (e.start_ns, e.seq));
+        let start_ns = events.first().map_or(0, |e| e.start_ns);
+        let end_ns = events.iter().map(Event::end_ns).max().unwrap_or(start_ns);
+        Profile { events, start_ns, end_ns, lost: 0 }
+    }
+
+    /// Widens the window to cover `[start_ns, end_ns]` (profiler clock), so that host time
+    /// before the first and after the last dispatch counts as wall time.
+    pub fn with_window(mut self, start_ns: u64, end_ns: u64) -> Profile {
+        if self.events.is_empty() {
+            (self.start_ns, self.end_ns) = (start_ns, end_ns.max(start_ns));
+        } else {
+            self.start_ns = self.start_ns.min(start_ns);
+            self.end_ns = self.end_ns.max(end_ns);
+        }
+        self
+    }
+
+    /// Everything still in eager's log (since the start of the process or the last
+    /// [`eager::profiler::reset`]).
+    pub fn session() -> Profile {
+        let lost = profiler::dropped();
+        Profile { lost, ..Profile::from_events(profiler::events()) }
+    }
+
+    /// The dispatches, by start time.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+    /// Op dispatches only (transfers left out).
+    pub fn ops(&self) -> impl Iterator<Item = &Event> {
+        self.events.iter().filter(|e| e.kind == EventKind::Op)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+    /// Start of the window, in nanoseconds on the profiler's clock.
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+    pub fn end_ns(&self) -> u64 {
+        self.end_ns
+    }
+    /// Length of the window: what "share of wall time" divides by.
+    pub fn wall_ns(&self) -> u64 {
+        self.end_ns - self.start_ns
+    }
+    /// Events that happened in the window but had left eager's bounded log before they
+    /// were read (raise it with `eager::profiler::set_capacity`).
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+    pub fn hits(&self) -> u64 {
+        self.events.iter().filter(|e| e.is_hit()).count() as u64
+    }
+    pub fn misses(&self) -> u64 {
+        self.events.iter().filter(|e| e.is_miss()).count() as u64
+    }
+    /// Hits over op dispatches (0 when there were none).
+    pub fn hit_rate(&self) -> f64 {
+        let n = self.hits() + self.misses();
+        if n == 0 {
+            0.0
+        } else {
+            self.hits() as f64 / n as f64
+        }
+    }
+    pub fn compile_ns(&self) -> u64 {
+        self.events.iter().map(|e| e.compile_ns).sum()
+    }
+    /// Time executing ops (transfers not included).
+    pub fn execute_ns(&self) -> u64 {
+        self.ops().map(|e| e.execute_ns).sum()
+    }
+    pub fn transfer_ns(&self) -> u64 {
+        self.events.iter().filter(|e| e.kind != EventKind::Op).map(|e| e.execute_ns).sum()
+    }
+
+    /// Rows to draw dispatches on: one per device, more where dispatches overlap (several
+    /// threads), so that no two slices on a row overlap. Returns the row names and each
+    /// event's row.
+    pub(crate) fn lanes(&self) -> (Vec<String>, Vec<usize>) {
+        // Greedy interval partitioning per device: events come sorted by start.
+        let mut rows: Vec<(Device, u64)> = Vec::new();
+        let mut of_event = Vec::with_capacity(self.events.len());
+        for e in &self.events {
+            let free = rows.iter().position(|&(d, end)| d == e.device() && end <= e.start_ns);
+            let row = free.unwrap_or_else(|| {
+                rows.push((e.device(), 0));
+                rows.len() - 1
+            });
+            rows[row].1 = e.end_ns();
+            of_event.push(row);
+        }
+        // Order rows by device, keeping first-use order within one device.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&r| (rows[r].0, r));
+        let mut rank = vec![0; rows.len()];
+        let mut names = Vec::with_capacity(rows.len());
+        for (i, &r) in order.iter().enumerate() {
+            rank[r] = i;
+            let nth = order[..i].iter().filter(|&&o| rows[o].0 == rows[r].0).count();
+            names.push(if nth == 0 { rows[r].0.to_string() } else { format!("{} ({})", rows[r].0, nth + 1) });
+        }
+        (names, of_event.into_iter().map(|r| rank[r]).collect())
+    }
+}
+
+/// A started capture: everything eager dispatches from now until [`Recorder::stop`]
+/// (from every thread: the log is process-wide). For a REPL or a kernel, where the work
+/// to profile spans several inputs.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    mark: u64,
+    start_ns: u64,
+}
+
+/// Starts capturing dispatches; see [`Recorder`].
+pub fn start() -> Recorder {
+    Recorder { start_ns: profiler::now_ns(), mark: profiler::next_seq() }
+}
+
+impl Recorder {
+    /// The profile so far; recording goes on.
+    pub fn snapshot(&self) -> Profile {
+        let end_ns = profiler::now_ns();
+        let next = profiler::next_seq();
+        // Events recorded after `next` was read belong to a later snapshot.
+        let events: Vec<Event> = profiler::events_since(self.mark).into_iter().filter(|e| e.seq < next).collect();
+        let lost = (next - self.mark).saturating_sub(events.len() as u64);
+        Profile { lost, ..Profile::from_events(events).with_window(self.start_ns, end_ns) }
+    }
+
+    /// The profile from [`start`] to now.
+    pub fn stop(self) -> Profile {
+        self.snapshot()
+    }
+}
+
+/// Runs `f` and returns its result with a profile of what it dispatched (plus whatever
+/// other threads dispatched meanwhile).
+pub fn profile<R>(f: impl FnOnce() -> R) -> (R, Profile) {
+    let recorder = start();
+    let r = f();
+    (r, recorder.stop())
+}

@@ -1,0 +1,311 @@
+//! The per-op table: one row per op and input specs, sorted by time, with totals and the
+//! cache hit rate, as aligned text or as HTML.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write};
+
+use eager::profiler::{Event, EventKind};
+use eager::Spec;
+
+use crate::profile::Profile;
+use crate::units::{duration, truncate};
+
+/// One line of the table: every dispatch of one op (with its attributes) on one list of
+/// input specs, or every transfer of one direction and spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// `add`, `sum{dims=[1]}`, or a transfer: `host→device`, `device→host`, `device→device`.
+    pub op: String,
+    pub kind: EventKind,
+    /// `f32[2, 3] x f32[3]`.
+    pub shapes: String,
+    pub calls: u64,
+    /// Compiles (0 for transfers).
+    pub misses: u64,
+    pub compile_ns: u64,
+    /// Executing, or transferring.
+    pub execute_ns: u64,
+    pub bytes: u64,
+}
+
+impl Row {
+    pub fn total_ns(&self) -> u64 {
+        self.compile_ns + self.execute_ns
+    }
+    pub fn mean_execute_ns(&self) -> f64 {
+        if self.calls == 0 {
+            0.0
+        } else {
+            self.execute_ns as f64 / self.calls as f64
+        }
+    }
+    pub fn is_transfer(&self) -> bool {
+        self.kind != EventKind::Op
+    }
+    fn empty(op: String, kind: EventKind, shapes: String) -> Row {
+        Row { op, kind, shapes, calls: 0, misses: 0, compile_ns: 0, execute_ns: 0, bytes: 0 }
+    }
+    fn add(&mut self, e: &Event) {
+        self.calls += 1;
+        self.misses += e.is_miss() as u64;
+        self.compile_ns += e.compile_ns;
+        self.execute_ns += e.execute_ns;
+        self.bytes += e.bytes;
+    }
+}
+
+/// The per-op table of a [`Profile`]: [`Table::to_text`] for terminals, [`Table::to_html`]
+/// for notebooks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// Sorted by total (compile + execute) time, longest first.
+    pub rows: Vec<Row>,
+    /// Rows left out by [`Table::top`], summed into one (`op` is `… N more`).
+    pub rest: Option<Row>,
+    /// Sums over all rows, left out or not (`op` is `total`).
+    pub totals: Row,
+    pub hits: u64,
+    pub misses: u64,
+    pub wall_ns: u64,
+    /// Events the bounded log dropped before they were read.
+    pub lost: u64,
+    /// One-line recompile hints (see [`crate::Hint`]).
+    pub hints: Vec<String>,
+}
+
+/// The label of an event's row: transfers by direction, ops by name and attributes.
+pub(crate) fn op_label(e: &Event) -> String {
+    match e.kind {
+        EventKind::Op if e.info.attrs.is_empty() => e.name().to_string(),
+        EventKind::Op => format!("{}{{{}}}", e.name(), e.info.attrs),
+        kind => transfer_label(kind).to_string(),
+    }
+}
+
+pub(crate) fn transfer_label(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::HostToDevice => "host→device",
+        EventKind::DeviceToHost => "device→host",
+        EventKind::DeviceToDevice => "device→device",
+        EventKind::Op => "op",
+    }
+}
+
+/// One row summing `rows` (its kind is `Op` so that its misses show).
+fn sum(op: String, rows: &[Row]) -> Row {
+    let mut s = Row::empty(op, EventKind::Op, String::new());
+    for r in rows {
+        s.calls += r.calls;
+        s.misses += r.misses;
+        s.compile_ns += r.compile_ns;
+        s.execute_ns += r.execute_ns;
+        s.bytes += r.bytes;
+    }
+    s
+}
+
+fn specs(specs: &[Spec]) -> String {
+    specs.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" x ")
+}
+
+impl Table {
+    pub fn new(profile: &Profile) -> Table {
+        let mut index: HashMap<(EventKind, &str, &str, &[Spec]), usize> = HashMap::new();
+        let mut rows: Vec<Row> = Vec::new();
+        for e in profile.events() {
+            let key = (e.kind, e.name(), e.info.attrs.as_str(), e.info.inputs.as_slice());
+            let i = *index.entry(key).or_insert_with(|| {
+                rows.push(Row::empty(op_label(e), e.kind, specs(&e.info.inputs)));
+                rows.len() - 1
+            });
+            rows[i].add(e);
+        }
+        let totals = sum("total".into(), &rows);
+        rows.sort_by(|a, b| b.total_ns().cmp(&a.total_ns()).then_with(|| a.op.cmp(&b.op)));
+        Table {
+            rows,
+            rest: None,
+            totals,
+            hits: profile.hits(),
+            misses: profile.misses(),
+            wall_ns: profile.wall_ns(),
+            lost: profile.lost(),
+            hints: profile.hints().iter().map(|h| h.to_string()).collect(),
+        }
+    }
+
+    /// Keeps the `n` longest rows and sums the others into [`Table::rest`].
+    pub fn top(mut self, n: usize) -> Table {
+        if self.rows.len() > n {
+            let rest = self.rows.split_off(n);
+            self.rest = Some(sum(format!("… {} more", rest.len()), &rest));
+        }
+        self
+    }
+
+    /// The rows as shown: kept rows, the sum of the others if any, then the totals.
+    fn shown(&self) -> impl Iterator<Item = (&Row, bool)> {
+        self.rows.iter().chain(&self.rest).map(|r| (r, false)).chain(std::iter::once((&self.totals, true)))
+    }
+
+    pub fn hit_rate(&self) -> f64 {
+        let n = self.hits + self.misses;
+        if n == 0 {
+            0.0
+        } else {
+            self.hits as f64 / n as f64
+        }
+    }
+
+    /// Share of the wall time that `row` took, in percent.
+    pub fn share(&self, row: &Row) -> f64 {
+        if self.wall_ns == 0 {
+            0.0
+        } else {
+            100.0 * row.total_ns() as f64 / self.wall_ns as f64
+        }
+    }
+
+    /// The cells of a row, formatted, in column order.
+    fn cells(&self, r: &Row) -> [String; 8] {
+        let transfer = r.is_transfer();
+        [
+            r.op.clone(),
+            r.shapes.clone(),
+            r.calls.to_string(),
+            if transfer { "-".into() } else { r.misses.to_string() },
+            if transfer { "-".into() } else { format!("{:.2}", r.compile_ns as f64 / 1e6) },
+            format!("{:.1}", r.execute_ns as f64 / 1e3),
+            format!("{:.1}", r.mean_execute_ns() / 1e3),
+            format!("{:.1}%", self.share(r)),
+        ]
+    }
+
+    /// Lines under the table: cache summary, lost events, hints.
+    fn footer(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "cache: {} hits, {} misses, hit rate {:.1}% · wall {} · in dispatch {:.1}%",
+            self.hits,
+            self.misses,
+            100.0 * self.hit_rate(),
+            duration(self.wall_ns),
+            self.share(&self.totals)
+        )];
+        if self.lost > 0 {
+            lines.push(format!(
+                "note: {} events left eager's bounded log before they were read (eager::profiler::set_capacity)",
+                self.lost
+            ));
+        }
+        lines.extend(self.hints.iter().take(HINTS_SHOWN).cloned());
+        if self.hints.len() > HINTS_SHOWN {
+            let more = self.hints.len() - HINTS_SHOWN;
+            lines.push(format!("… and {more} more hint{} (Profile::hints)", if more == 1 { "" } else { "s" }));
+        }
+        lines
+    }
+
+    /// Aligned text for a terminal: long op and shape cells are cut to keep it narrow.
+    pub fn to_text(&self) -> String {
+        const MAX_OP: usize = 32;
+        const MAX_SHAPES: usize = 40;
+        let mut grid: Vec<[String; 8]> = vec![HEADERS.map(String::from)];
+        for (r, _) in self.shown() {
+            let mut c = self.cells(r);
+            c[0] = truncate(&c[0], MAX_OP);
+            c[1] = truncate(&c[1], MAX_SHAPES);
+            grid.push(c);
+        }
+        let width: Vec<usize> = (0..8).map(|i| grid.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+        let rule: String = "─".repeat(width.iter().sum::<usize>() + 2 * 7);
+        let mut out = String::new();
+        for (n, row) in grid.iter().enumerate() {
+            if n == 1 || n == grid.len() - 1 {
+                out.push_str(&rule);
+                out.push('\n');
+            }
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                let pad = width[i] - cell.chars().count();
+                let sep = if i == 0 { "" } else { "  " };
+                // Text columns left-aligned, numbers right-aligned.
+                if i < 2 {
+                    let _ = write!(line, "{sep}{cell}{}", " ".repeat(pad));
+                } else {
+                    let _ = write!(line, "{sep}{}{cell}", " ".repeat(pad));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        for l in self.footer() {
+            out.push_str(&l);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// A self-contained HTML `<table>` (inline styles, so it looks the same in any notebook).
+    pub fn to_html(&self) -> String {
+        const CELL: &str = "padding:2px 10px;border-bottom:1px solid #ddd";
+        let mut out = String::from("<div class=\"viz-table\">");
+        out.push_str("<table style=\"border-collapse:collapse;font-family:monospace;font-size:13px\">\n<thead><tr>");
+        for (i, h) in HEADERS.iter().enumerate() {
+            let align = if i < 2 { "left" } else { "right" };
+            let _ = write!(out, "<th style=\"{CELL};text-align:{align}\">{}</th>", escape(h));
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for (r, total) in self.shown() {
+            out.push_str(if total { "<tr style=\"font-weight:bold\">" } else { "<tr>" });
+            for (i, c) in self.cells(r).iter().enumerate() {
+                let align = if i < 2 { "left" } else { "right" };
+                let _ = write!(out, "<td style=\"{CELL};text-align:{align}\">{}</td>", escape(c));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody></table>\n");
+        for l in self.footer() {
+            let _ = writeln!(
+                out,
+                "<div style=\"font-family:monospace;font-size:13px;margin-top:4px\">{}</div>",
+                escape(&l)
+            );
+        }
+        out.push_str("</div>\n");
+        out
+    }
+}
+
+/// Rows that [`Profile::table_text`] and [`Profile::table_html`] show: the longest ones;
+/// the others are summed into one row ([`Profile::table`] has them all).
+pub const TABLE_ROWS: usize = 30;
+
+/// Hints written under the table; [`Profile::hints`] has them all.
+const HINTS_SHOWN: usize = 3;
+
+const HEADERS: [&str; 8] = ["op", "input shapes", "calls", "misses", "compile ms", "execute µs", "mean µs", "wall %"];
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_text())
+    }
+}
+
+impl Profile {
+    /// The per-op table.
+    pub fn table(&self) -> Table {
+        Table::new(self)
+    }
+    /// The per-op table as aligned text, for a terminal ([`TABLE_ROWS`] rows at most).
+    pub fn table_text(&self) -> String {
+        self.table().top(TABLE_ROWS).to_text()
+    }
+    /// The per-op table as HTML, for a notebook ([`TABLE_ROWS`] rows at most).
+    pub fn table_html(&self) -> String {
+        self.table().top(TABLE_ROWS).to_html()
+    }
+}

@@ -1,0 +1,179 @@
+//! Views of real dispatches on the CPU PJRT plugin. The profiler log and the compile cache
+//! are process-wide, so every test here holds `LOCK` while it dispatches and compares
+//! against cache-stat deltas taken under it; each test uses shapes no other test uses, so
+//! its expected misses do not depend on test order.
+
+use std::sync::Mutex;
+
+use eager::prelude::*;
+use eager::profiler::EventKind;
+use viz::style::{RGBColor, COMPILE, EXECUTE, TRANSFER};
+use viz::{Profile, RECOMPILE_THRESHOLD};
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Profiles `f` and returns the profile with the cache's hit and miss deltas over it.
+fn measured(f: impl FnOnce() -> Result<()>) -> (Profile, u64, u64) {
+    let before = cache::stats();
+    let (r, p) = viz::profile(f);
+    r.expect("the workload runs");
+    let after = cache::stats();
+    (p, after.hits - before.hits, after.misses - before.misses)
+}
+
+fn rects(svg: &str, c: RGBColor) -> usize {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    let want = format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+    doc.descendants().filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(want.as_str())).count()
+}
+
+#[test]
+fn table_counts_equal_the_cache_stats() {
+    let _g = lock();
+    let (p, hits, misses) = measured(|| {
+        let a = Tensor::from_slice(&[1.0f32; 21], &[3, 7])?;
+        let b = Tensor::from_slice(&[2.0f32; 7], &[7])?;
+        let mut c = a.clone();
+        for _ in 0..5 {
+            c = c.add(&b)?;
+        }
+        let m = c.matmul(&a.t()?)?;
+        assert_eq!(m.shape(), [3, 3]);
+        Ok(())
+    });
+    assert_eq!((p.hits(), p.misses()), (hits, misses));
+    // add: compiled once, hit four times; transpose and matmul once each.
+    assert_eq!(misses, 3, "{}", p.table_text());
+    assert_eq!(hits, 4);
+    let t = p.table();
+    assert_eq!((t.hits, t.misses), (hits, misses));
+    assert_eq!(t.totals.misses, misses);
+    let op_calls: u64 = t.rows.iter().filter(|r| !r.is_transfer()).map(|r| r.calls).sum();
+    assert_eq!(op_calls, hits + misses);
+    let add = t.rows.iter().find(|r| r.op == "add").expect("an add row");
+    assert_eq!((add.calls, add.misses, add.shapes.as_str()), (5, 1, "f32[3, 7] x f32[7]"));
+    assert!(add.compile_ns > 0 && add.execute_ns > 0);
+    let uploads = t.rows.iter().filter(|r| r.kind == EventKind::HostToDevice).map(|r| r.calls).sum::<u64>();
+    assert_eq!(uploads, 2);
+    let rate = format!("hit rate {:.1}%", 100.0 * hits as f64 / (hits + misses) as f64);
+    assert!(p.table_text().contains(&rate) && p.table_html().contains(&rate));
+    assert!(p.hints().is_empty(), "{:?}", p.hints());
+}
+
+#[test]
+fn charts_and_trace_of_a_real_run() {
+    let _g = lock();
+    let (p, hits, misses) = measured(|| {
+        let x = Tensor::ones(&[5, 11], DType::F32)?;
+        for _ in 0..4 {
+            let _ = x.exp()?.sum_all()?.item::<f32>()?;
+        }
+        Ok(())
+    });
+    let ops = p.ops().count();
+    assert_eq!(ops as u64, hits + misses);
+    let transfers = p.events().len() - ops;
+    assert!(transfers >= 4, "four downloads at least");
+
+    let svg = p.timeline().svg().unwrap();
+    assert_eq!(rects(&svg, COMPILE) - 1, misses as usize);
+    assert_eq!(rects(&svg, EXECUTE) - 1, ops);
+    assert_eq!(rects(&svg, TRANSFER) - 1, transfers);
+
+    for chart in p.charts() {
+        let bytes = chart.png(900, 420).unwrap();
+        let reader = png::Decoder::new(bytes.as_slice()).read_info().unwrap();
+        assert_eq!((reader.info().width, reader.info().height), (900, 420));
+    }
+
+    let v: serde_json::Value = serde_json::from_str(&p.trace_json()).unwrap();
+    let slices: Vec<_> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").cloned().collect();
+    let count = |c: &str| slices.iter().filter(|e| e["cat"] == c).count();
+    assert_eq!(count("compile") as u64, misses);
+    assert_eq!(count("execute"), ops);
+    assert_eq!(count("transfer"), transfers);
+    let ts: Vec<f64> = slices.iter().map(|e| e["ts"].as_f64().unwrap()).collect();
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    assert!(slices.iter().any(|e| e["name"] == "exp" && e["args"]["shapes"] == "f32[5, 11]"));
+}
+
+#[test]
+fn shape_churn_gives_a_hint_and_steady_shapes_do_not() {
+    let _g = lock();
+    let (churn, _, _) = measured(|| {
+        for n in 1..=RECOMPILE_THRESHOLD + 2 {
+            let x = Tensor::ones(&[n, 13], DType::F32)?;
+            let _ = x.tanh()?;
+        }
+        Ok(())
+    });
+    let hints = churn.hints();
+    let tanh = hints.iter().find(|h| h.op == "tanh").expect("a hint for tanh");
+    assert_eq!(tanh.shapes.len(), RECOMPILE_THRESHOLD + 2);
+    assert_eq!(tanh.shapes[0], "[1, 13]");
+    assert_eq!(tanh.varying, ["dim 0 of input 0"]);
+    let line = tanh.to_string();
+    assert!(line.contains("`tanh`") && line.contains("[1, 13]"), "{line}");
+    assert!(churn.table_text().contains("`tanh`"));
+
+    let (steady, _, _) = measured(|| {
+        let x = Tensor::ones(&[17, 13], DType::F32)?;
+        for _ in 0..3 * RECOMPILE_THRESHOLD {
+            let _ = x.tanh()?;
+        }
+        Ok(())
+    });
+    assert!(steady.hints().is_empty(), "{:?}", steady.hints());
+    assert!(!steady.table_text().contains("hint"));
+}
+
+#[test]
+fn recorder_captures_between_start_and_stop() -> Result<()> {
+    let _g = lock();
+    let x = Tensor::ones(&[19], DType::F32)?;
+    let r = viz::start();
+    let _ = x.sin()?;
+    let first = r.snapshot();
+    let _ = x.cos()?;
+    let p = r.stop();
+    assert_eq!(first.ops().map(|e| e.name()).collect::<Vec<_>>(), ["sin"]);
+    assert_eq!(p.ops().map(|e| e.name()).collect::<Vec<_>>(), ["sin", "cos"]);
+    assert_eq!(p.lost(), 0);
+    assert!(p.wall_ns() >= p.events().iter().map(|e| e.total_ns()).sum::<u64>());
+    // The session holds them too.
+    let session = Profile::session();
+    let seqs: Vec<u64> = session.events().iter().map(|e| e.seq).collect();
+    assert!(p.events().iter().all(|e| seqs.contains(&e.seq)));
+    Ok(())
+}
+
+#[test]
+fn files_are_written() {
+    let _g = lock();
+    let (p, _, _) = measured(|| {
+        let x = Tensor::ones(&[23], DType::F32)?;
+        let _ = x.neg()?.abs()?;
+        Ok(())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for (chart, name) in p.charts().iter().zip(["a", "b", "c"]) {
+        let png_path = dir.path().join(format!("{name}.png"));
+        chart.write_png(&png_path).unwrap();
+        chart.write_svg(dir.path().join(format!("{name}.svg"))).unwrap();
+        let file = std::fs::File::open(&png_path).unwrap();
+        let reader = png::Decoder::new(std::io::BufReader::new(file)).read_info().unwrap();
+        assert_eq!((reader.info().width, reader.info().height), chart.default_size());
+        let svg = std::fs::read_to_string(dir.path().join(format!("{name}.svg"))).unwrap();
+        roxmltree::Document::parse(&svg).unwrap();
+    }
+    p.write_trace(dir.path().join("trace.json")).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("trace.json")).unwrap()).unwrap();
+    assert!(json["traceEvents"].is_array());
+    let err = p.write_trace(dir.path().join("missing/trace.json")).unwrap_err();
+    assert!(matches!(err, viz::Error::Io { .. }) && err.to_string().contains("missing"), "{err}");
+}
