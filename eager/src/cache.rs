@@ -103,7 +103,8 @@ impl Cache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A hit returns the executable and its info and counts the hit; a miss counts a miss.
+    /// A hit returns the executable and its info and counts the hit. A miss is counted when
+    /// its compile is stored (an op rejected by its shape rule is no miss).
     pub(crate) fn lookup(&self, key: &OpKey) -> Option<(Arc<Executable>, Arc<OpInfo>)> {
         let mut inner = self.lock();
         inner.tick += 1;
@@ -116,10 +117,7 @@ impl Cache {
                 inner.totals.hits += 1;
                 Some(found)
             }
-            None => {
-                inner.totals.misses += 1;
-                None
-            }
+            None => None,
         }
     }
 
@@ -129,6 +127,7 @@ impl Cache {
         inner.tick += 1;
         let last_used = inner.tick;
         inner.totals.compile_ns += compile_ns;
+        inner.totals.misses += 1;
         let stats = KeyStats { hits: 0, misses: 1, compile_ns };
         match inner.map.get_mut(&key) {
             // Two threads compiled the same key at once: keep the first, count the work.

@@ -1,0 +1,79 @@
+//! The host's end of eager's control socket (`eager::session`): JSON lines to the child.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use eager::cache::{CacheStats, EntryStats};
+use eager::profiler::Event;
+use serde_json::{json, Value};
+
+/// A connection to the session's eager runtime.
+pub struct Control {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Control {
+    pub fn connect(path: &Path) -> Result<Control> {
+        let writer = UnixStream::connect(path).with_context(|| format!("connecting to eager's control socket {}", path.display()))?;
+        writer.set_read_timeout(Some(Duration::from_secs(120)))?;
+        Ok(Control { reader: BufReader::new(writer.try_clone()?), writer })
+    }
+
+    fn call(&mut self, req: Value) -> Result<Value> {
+        writeln!(self.writer, "{req}")?;
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(anyhow!("the session's runtime closed the control socket"));
+        }
+        let v: Value = serde_json::from_str(&line)?;
+        match v.get("error").and_then(Value::as_str) {
+            Some(e) => Err(anyhow!("{e}")),
+            None => Ok(v),
+        }
+    }
+
+    /// The profiler's next sequence number: a mark before a cell.
+    pub fn seq(&mut self) -> Result<u64> {
+        Ok(self.call(json!({"op": "seq"}))?["seq"].as_u64().unwrap_or(0))
+    }
+
+    /// Events since `seq`, and how many the bounded log dropped.
+    pub fn events_since(&mut self, seq: u64) -> Result<(Vec<Event>, u64)> {
+        let mut v = self.call(json!({"op": "events", "since": seq}))?;
+        let events = serde_json::from_value(v["events"].take())?;
+        Ok((events, v["dropped"].as_u64().unwrap_or(0)))
+    }
+
+    pub fn cache(&mut self) -> Result<(CacheStats, Vec<EntryStats>)> {
+        let mut v = self.call(json!({"op": "cache"}))?;
+        Ok((serde_json::from_value(v["stats"].take())?, serde_json::from_value(v["entries"].take())?))
+    }
+
+    pub fn cache_clear(&mut self) -> Result<()> {
+        self.call(json!({"op": "cache_clear"})).map(drop)
+    }
+
+    /// (default device, one line per device or unavailable kind).
+    pub fn devices(&mut self) -> Result<(String, Vec<String>)> {
+        let v = self.call(json!({"op": "devices"}))?;
+        let lines = v["lines"].as_array().map(|a| a.iter().filter_map(|l| l.as_str().map(String::from)).collect()).unwrap_or_default();
+        Ok((v["default"].as_str().unwrap_or("?").to_string(), lines))
+    }
+
+    pub fn set_device(&mut self, device: &str) -> Result<String> {
+        let v = self.call(json!({"op": "set_device", "device": device}))?;
+        Ok(v["device"].as_str().unwrap_or(device).to_string())
+    }
+
+    pub fn interrupt(&mut self) -> Result<()> {
+        self.call(json!({"op": "interrupt"})).map(drop)
+    }
+
+    pub fn clear_interrupt(&mut self) -> Result<()> {
+        self.call(json!({"op": "clear_interrupt"})).map(drop)
+    }
+}

@@ -1,0 +1,238 @@
+//! `eager-repl`: Rust cells on an XLA device, evaluated at once, with profiling one command
+//! away. A thin front end over [`repl::Session`]: line editing (rustyline), Ctrl-C, flags.
+
+use std::cell::RefCell;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use repl::input::{completeness, Completeness};
+use repl::{CellError, Interrupter, Output, Session, SessionOptions, Stream};
+use rustyline::completion::Completer;
+use rustyline::error::ReadlineError;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Helper, Highlighter, Hinter};
+
+repl::export_session_slot!();
+
+/// A Rust REPL whose tensor ops run at once on an XLA device (CPU, TPU, GPU).
+#[derive(Parser)]
+#[command(name = "eager-repl", version)]
+struct Args {
+    /// Default device: cpu, tpu, cuda, or one device such as cpu:1.
+    #[arg(long)]
+    device: Option<String>,
+    /// PJRT plugin (.so) for the device's kind.
+    #[arg(long, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+    /// Evaluate CODE and exit (for scripts).
+    #[arg(short = 'e', value_name = "CODE")]
+    eval: Option<String>,
+}
+
+fn main() -> ExitCode {
+    repl::child_hook();
+    // Keep the exported slot in the binary even though Rust code never reads it.
+    std::hint::black_box(&EAGER_SESSION_SLOT);
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("eager-repl: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What Ctrl-C does depends on whether a cell runs: interrupt it, and kill the cell process if
+/// a second Ctrl-C comes while it still runs.
+#[derive(Default)]
+struct CtrlC {
+    running: AtomicBool,
+    interrupter: Mutex<Option<Interrupter>>,
+    first: Mutex<Option<Instant>>,
+}
+
+impl CtrlC {
+    fn on_signal(&self) {
+        if !self.running.load(Ordering::SeqCst) {
+            eprintln!("\ninterrupted");
+            std::process::exit(130);
+        }
+        let mut first = self.first.lock().unwrap();
+        let Some(i) = self.interrupter.lock().unwrap().clone() else { return };
+        match *first {
+            Some(t) if t.elapsed() < Duration::from_secs(5) => {
+                eprintln!("\n^C again: stopping the cell process (variables are lost)");
+                i.kill();
+            }
+            _ => {
+                eprintln!("\n^C: interrupting (eager ops fail from now on; Ctrl-C again to kill the cell process)");
+                *first = Some(Instant::now());
+                if let Err(e) = i.interrupt() {
+                    eprintln!("interrupt failed: {e:#}");
+                }
+            }
+        }
+    }
+
+    fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        *self.first.lock().unwrap() = None;
+        self.running.store(true, Ordering::SeqCst);
+        let r = f();
+        self.running.store(false, Ordering::SeqCst);
+        r
+    }
+}
+
+fn run(args: Args) -> Result<ExitCode> {
+    let interactive = args.eval.is_none() && std::io::stdin().is_terminal();
+    let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None, progress: std::io::stderr().is_terminal() };
+    let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
+        Stream::Stdout => println!("{line}"),
+        Stream::Stderr => eprintln!("{line}"),
+    });
+    let ctrl_c = Arc::new(CtrlC::default());
+    {
+        let c = ctrl_c.clone();
+        ctrlc::set_handler(move || c.on_signal()).context("installing the Ctrl-C handler")?;
+    }
+    let session = Session::start(&opts, sink)?;
+    *ctrl_c.interrupter.lock().unwrap() = Some(session.interrupter());
+    let session = Rc::new(RefCell::new(session));
+
+    if let Some(code) = args.eval {
+        let ok = eval_and_print(&session, &ctrl_c, &code);
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    if !interactive {
+        return Ok(run_piped(&session, &ctrl_c));
+    }
+    {
+        let s = session.borrow();
+        eprintln!(
+            "eager-repl: Rust cells run on {} at once. :help for commands, Ctrl-D to exit. (started in {:.1} s, eager loaded in {:.1} s)",
+            opts.device.as_deref().unwrap_or("cpu:0"),
+            s.startup.as_secs_f64(),
+            s.preload.as_secs_f64()
+        );
+    }
+    interactive_loop(session, ctrl_c)
+}
+
+/// Evaluates one cell and prints what it gives; false if it failed.
+fn eval_and_print(session: &Rc<RefCell<Session>>, ctrl_c: &CtrlC, cell: &str) -> bool {
+    let result = ctrl_c.run(|| session.borrow_mut().eval(cell));
+    // Let the child's last output lines reach the terminal before the result.
+    std::thread::sleep(Duration::from_millis(20));
+    match result {
+        Ok(outputs) => {
+            for o in outputs {
+                print_output(&o);
+            }
+            true
+        }
+        Err(e) => {
+            print_error(&e);
+            false
+        }
+    }
+}
+
+fn print_output(o: &Output) {
+    if let Some(text) = o.get("text/plain") {
+        println!("{text}");
+    }
+    let _ = std::io::stdout().flush();
+}
+
+fn print_error(e: &CellError) {
+    for line in &e.traceback {
+        eprintln!("{line}");
+    }
+}
+
+/// Standard input that is not a terminal: cells are read from it (split where brackets close
+/// or at an empty line), evaluated in order; the exit code says whether all succeeded.
+fn run_piped(session: &Rc<RefCell<Session>>, ctrl_c: &CtrlC) -> ExitCode {
+    let mut ok = true;
+    let mut cell = String::new();
+    for line in std::io::stdin().lock().lines().map_while(|l| l.ok()) {
+        cell.push_str(&line);
+        cell.push('\n');
+        if completeness(&cell) != Completeness::Incomplete {
+            if !cell.trim().is_empty() {
+                if matches!(repl::MetaCommand::parse(&cell), Some(Ok(repl::MetaCommand::Quit))) {
+                    break;
+                }
+                ok &= eval_and_print(session, ctrl_c, cell.trim_end());
+            }
+            cell.clear();
+        }
+    }
+    if !cell.trim().is_empty() {
+        ok &= eval_and_print(session, ctrl_c, cell.trim_end());
+    }
+    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// rustyline's view of the session: completion from evcxr, and multi-line input while
+/// brackets are open.
+#[derive(Helper, Hinter, Highlighter)]
+struct EditorHelper {
+    session: Rc<RefCell<Session>>,
+}
+
+impl Completer for EditorHelper {
+    type Candidate = String;
+    fn complete(&self, line: &str, pos: usize, _: &rustyline::Context<'_>) -> rustyline::Result<(usize, Vec<String>)> {
+        Ok(self.session.borrow_mut().completions(line, pos))
+    }
+}
+
+impl Validator for EditorHelper {
+    fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
+        Ok(match completeness(ctx.input()) {
+            Completeness::Incomplete => ValidationResult::Incomplete,
+            _ => ValidationResult::Valid(None),
+        })
+    }
+}
+
+fn interactive_loop(session: Rc<RefCell<Session>>, ctrl_c: Arc<CtrlC>) -> Result<ExitCode> {
+    let config = rustyline::Config::builder()
+        .completion_type(rustyline::CompletionType::List)
+        .auto_add_history(false)
+        .build();
+    let mut editor: rustyline::Editor<EditorHelper, rustyline::history::DefaultHistory> = rustyline::Editor::with_config(config)?;
+    editor.set_helper(Some(EditorHelper { session: session.clone() }));
+    let history = eager::plugin::cache_dir().join("repl-history.txt");
+    let _ = editor.load_history(&history);
+    loop {
+        match editor.readline(">> ") {
+            Ok(line) => {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let _ = editor.add_history_entry(line.as_str());
+                let _ = std::fs::create_dir_all(history.parent().unwrap());
+                let _ = editor.save_history(&history);
+                if matches!(repl::MetaCommand::parse(&line), Some(Ok(repl::MetaCommand::Quit))) {
+                    break;
+                }
+                eval_and_print(&session, &ctrl_c, &line);
+            }
+            // Ctrl-C at the prompt clears the line, as in a shell.
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,86 @@
+//! The session's own `:` commands. Anything else starting with `:` (`:dep`, `:clear`, …) is
+//! evcxr's and goes to it.
+
+use std::path::PathBuf;
+
+/// A parsed meta command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaCommand {
+    Help,
+    Devices,
+    Device(String),
+    /// Per-op table of the last cell, or of the whole session.
+    Profile { session: bool },
+    /// Timeline chart of the last cell (the session's if the last cell ran no op).
+    Timeline(Option<PathBuf>),
+    Trace(PathBuf),
+    Cache,
+    CacheClear,
+    Vars,
+    Quit,
+}
+
+/// Names offered by tab completion.
+pub const META_NAMES: &[&str] = &[
+    ":help", ":devices", ":device", ":profile", ":profile session", ":timeline", ":trace", ":cache", ":cache clear",
+    ":vars", ":quit", ":dep", ":clear", ":timing", ":explain",
+];
+
+pub const META_HELP: &str = "\
+eager commands:
+  :devices               list devices (cpu, tpu, cuda) and why a kind is unavailable
+  :device cpu|tpu|cuda   set the default device (also cpu:1, tpu:0, …)
+  :profile               per-op table of the last cell (:profile session for all cells)
+  :timeline [FILE]       timeline chart of the last cell to a .png or .svg file (default eager-timeline.png)
+  :trace FILE            the session's dispatches as a Perfetto / chrome://tracing JSON file
+  :cache                 compile cache statistics; :cache clear empties it
+  :vars                  variables and their types
+  :quit                  exit (Ctrl-D too); Ctrl-C stops a running cell
+evcxr's own commands work as well: :dep, :clear, :timing, :explain, :help evcxr, …";
+
+impl MetaCommand {
+    /// `None` when the line is not one of ours; `Some(Err)` for ours with bad arguments.
+    pub fn parse(line: &str) -> Option<Result<MetaCommand, String>> {
+        let line = line.trim();
+        let mut words = line.split_whitespace();
+        let head = words.next()?;
+        let args: Vec<&str> = words.collect();
+        let arg = args.first().copied();
+        Some(Ok(match (head, arg) {
+            (":help", None) => MetaCommand::Help,
+            (":devices", None) => MetaCommand::Devices,
+            (":device", Some(d)) => MetaCommand::Device(d.to_string()),
+            (":device", None) => return Some(Err(":device needs a device: cpu, tpu, cuda or e.g. cpu:1".into())),
+            (":profile", None) => MetaCommand::Profile { session: false },
+            (":profile", Some("session")) => MetaCommand::Profile { session: true },
+            (":profile", Some(other)) => return Some(Err(format!(":profile takes nothing or `session`, not {other:?}"))),
+            (":timeline", f) => MetaCommand::Timeline(f.map(PathBuf::from)),
+            (":trace", Some(f)) => MetaCommand::Trace(PathBuf::from(f)),
+            (":trace", None) => return Some(Err(":trace needs a file name, e.g. :trace trace.json".into())),
+            (":cache", None) => MetaCommand::Cache,
+            (":cache", Some("clear")) => MetaCommand::CacheClear,
+            (":cache", Some(other)) => return Some(Err(format!(":cache takes nothing or `clear`, not {other:?}"))),
+            (":vars", None) => MetaCommand::Vars,
+            (":quit", None) | (":exit", None) => MetaCommand::Quit,
+            _ => return None,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MetaCommand::{self, *};
+
+    #[test]
+    fn parses_ours_and_leaves_evcxrs() {
+        assert_eq!(MetaCommand::parse(":profile"), Some(Ok(Profile { session: false })));
+        assert_eq!(MetaCommand::parse(" :profile session "), Some(Ok(Profile { session: true })));
+        assert_eq!(MetaCommand::parse(":timeline out.svg"), Some(Ok(Timeline(Some("out.svg".into())))));
+        assert_eq!(MetaCommand::parse(":device tpu"), Some(Ok(Device("tpu".into()))));
+        assert_eq!(MetaCommand::parse(":cache clear"), Some(Ok(CacheClear)));
+        assert!(matches!(MetaCommand::parse(":trace"), Some(Err(_))));
+        assert_eq!(MetaCommand::parse(":dep foo = \"1\""), None);
+        assert_eq!(MetaCommand::parse(":help evcxr"), None);
+        assert_eq!(MetaCommand::parse("let x = 1;"), None);
+    }
+}

@@ -1,0 +1,432 @@
+//! [`Session`]: an evcxr context with eager preloaded, its meta commands, and the rendering of
+//! values and errors, for any front end.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use evcxr::CommandContext;
+
+use crate::control::Control;
+use crate::meta::{MetaCommand, META_HELP};
+
+/// How a session starts.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// Default device of the session (`cpu`, `tpu:0`, …).
+    pub device: Option<String>,
+    /// PJRT plugin to use for that device's kind.
+    pub plugin: Option<PathBuf>,
+    /// The eager crate to preload (defaults to the one this binary was built from, or
+    /// `EAGER_SOURCE_DIR`).
+    pub eager_dir: Option<PathBuf>,
+    /// Show a spinner on stderr while the preload builds.
+    pub progress: bool,
+}
+
+/// One display of a cell: its payload per MIME type (`image/png` as base64), and whether it
+/// is the cell's value (a Jupyter `execute_result`) or a display (`display_data`).
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub data: Vec<(String, String)>,
+    pub is_result: bool,
+}
+
+impl Output {
+    fn text(s: impl Into<String>) -> Output {
+        Output { data: vec![("text/plain".into(), s.into())], is_result: false }
+    }
+    pub fn get(&self, mime: &str) -> Option<&str> {
+        self.data.iter().find(|(m, _)| m == mime).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A cell that failed: Jupyter's `ename`, `evalue`, and the rendered report (ANSI colours).
+#[derive(Debug, Clone)]
+pub struct CellError {
+    pub ename: String,
+    pub evalue: String,
+    pub traceback: Vec<String>,
+}
+
+impl CellError {
+    fn new(ename: &str, evalue: impl Into<String>) -> CellError {
+        let evalue = evalue.into();
+        CellError { ename: ename.into(), traceback: vec![format!("{ename}: {evalue}")], evalue }
+    }
+}
+
+/// Where a line of the child's stdout or stderr goes.
+pub type StreamSink = Arc<dyn Fn(Stream, &str) + Send + Sync>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// An evcxr session with eager preloaded.
+pub struct Session {
+    ctx: CommandContext,
+    socket: PathBuf,
+    control: Option<Control>,
+    child_pid: u32,
+    /// Profiler mark before the last user cell, and after it.
+    last_cell: (u64, u64),
+    _build_dir_lock: File,
+    /// Time to start evcxr, and to build and load eager in it.
+    pub startup: Duration,
+    pub preload: Duration,
+}
+
+/// The preload: eager as a dependency, its prelude, and its runtime attached at once so that
+/// the control socket is up before the first user cell.
+fn preload_cells(eager_dir: &Path) -> [String; 2] {
+    [
+        format!(":dep eager = {{ path = {:?} }}", eager_dir.display().to_string()),
+        "use eager::prelude::*;\nuse eager::session::EvcxrDisplay as _;\neager::session::attach();".to_string(),
+    ]
+}
+
+impl Session {
+    /// Starts evcxr, preloads eager and connects to its runtime. `sink` receives the child's
+    /// output lines as they come.
+    pub fn start(opts: &SessionOptions, sink: StreamSink) -> Result<Session> {
+        let t0 = Instant::now();
+        let cache = eager::plugin::cache_dir();
+        let (build_dir, lock) = lock_build_dir(&cache.join("evcxr"))?;
+        let socket = std::env::temp_dir().join(format!("eager-{}-{}.sock", std::process::id(), t0.elapsed().as_nanos()));
+        // The child inherits these: evcxr's build dir (kept across sessions, so the preload
+        // builds once), a config dir of ours, and where eager's runtime listens.
+        std::env::set_var("EVCXR_TMPDIR", &build_dir);
+        std::env::set_var("EVCXR_CONFIG_DIR", cache.join("evcxr-config"));
+        std::env::set_var(eager::session::CONTROL_SOCKET_ENV, &socket);
+        // Cells link the toolchain's libstd-*.so through a RUNPATH relative to evcxr's deps
+        // dir, which is wrong for the uplifted copy evcxr loads when the build dir is deep
+        // (as ours, under ~/.cache): name the toolchain's lib dir for the child's loader.
+        std::env::set_var("LD_LIBRARY_PATH", with_toolchain_libdir(std::env::var_os("LD_LIBRARY_PATH"))?);
+        if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+            std::env::set_var("TF_CPP_MIN_LOG_LEVEL", "3");
+        }
+        if let Some(d) = &opts.device {
+            let device: eager::Device = d.parse().map_err(|e: String| anyhow!(e))?;
+            std::env::set_var("EAGER_DEVICE", device.to_string());
+            if let Some(p) = &opts.plugin {
+                std::env::set_var(format!("EAGER_PJRT_PLUGIN_{}", device.kind.name().to_ascii_uppercase()), p);
+            }
+        } else if let Some(p) = &opts.plugin {
+            std::env::set_var("EAGER_PJRT_PLUGIN", p);
+        }
+
+        let (ctx, outputs) = CommandContext::new().map_err(|e| anyhow!("starting evcxr: {e}"))?;
+        for (rx, stream) in [(outputs.stdout, Stream::Stdout), (outputs.stderr, Stream::Stderr)] {
+            let sink = sink.clone();
+            std::thread::spawn(move || {
+                let mut in_backtrace = false;
+                while let Ok(line) = rx.recv() {
+                    if !skip_backtrace_line(&line, &mut in_backtrace) {
+                        sink(stream, &line);
+                    }
+                }
+            });
+        }
+        let child_pid = ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0);
+        let startup = t0.elapsed();
+        let mut session = Session {
+            ctx,
+            socket,
+            control: None,
+            child_pid,
+            last_cell: (0, 0),
+            _build_dir_lock: lock,
+            startup,
+            preload: Duration::ZERO,
+        };
+        let eager_dir = opts
+            .eager_dir
+            .clone()
+            .or_else(|| std::env::var_os("EAGER_SOURCE_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../eager"));
+        let eager_dir = eager_dir.canonicalize().with_context(|| format!("eager's source at {}", eager_dir.display()))?;
+        let t1 = Instant::now();
+        let spinner = opts.progress.then(|| {
+            let s = indicatif::ProgressBar::new_spinner();
+            s.set_message(format!(
+                "building eager into the session (the first time takes a few minutes; later sessions reuse {})",
+                build_dir.display()
+            ));
+            s.enable_steady_tick(Duration::from_millis(120));
+            s
+        });
+        for cell in preload_cells(&eager_dir) {
+            if let Err(e) = session.ctx.execute(&cell) {
+                return Err(anyhow!("preloading eager ({cell}): {}", render_error(&e, &cell).evalue));
+            }
+        }
+        if let Some(s) = spinner {
+            s.finish_and_clear();
+        }
+        session.preload = t1.elapsed();
+        session.control()?;
+        Ok(session)
+    }
+
+    /// The control connection, reconnecting (and re-attaching eager) if the child restarted.
+    fn control(&mut self) -> Result<&mut Control> {
+        let pid = self.ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0);
+        if pid != self.child_pid {
+            self.child_pid = pid;
+            self.control = None;
+            self.ctx.execute("eager::session::attach();").map_err(|e| anyhow!("re-attaching eager: {e}"))?;
+        }
+        if self.control.is_none() {
+            self.control = Some(Control::connect(&self.socket)?);
+        }
+        Ok(self.control.as_mut().unwrap())
+    }
+
+    /// A handle that interrupts the running cell from another thread (the front end's Ctrl-C
+    /// or a Jupyter interrupt).
+    pub fn interrupter(&self) -> Interrupter {
+        Interrupter { socket: self.socket.clone(), child: self.ctx.process_handle() }
+    }
+
+    /// Evaluates a cell: one of our meta commands, or Rust (and evcxr's commands) in the child.
+    pub fn eval(&mut self, cell: &str) -> std::result::Result<Vec<Output>, CellError> {
+        if let Some(cmd) = MetaCommand::parse(cell) {
+            let cmd = cmd.map_err(|e| CellError::new("UsageError", e))?;
+            return self.meta(cmd).map_err(|e| CellError::new("MetaCommandError", format!("{e:#}")));
+        }
+        let before = self.control().and_then(|c| {
+            c.clear_interrupt()?;
+            c.seq()
+        });
+        let result = self.ctx.execute(cell);
+        let restarted = self.ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0) != self.child_pid;
+        if let Ok(before) = before {
+            let after = if restarted { Ok(0) } else { self.control().and_then(|c| c.seq()) };
+            self.last_cell = (before, after.unwrap_or(before));
+        }
+        match result {
+            Ok(out) => {
+                let mut data: Vec<(String, String)> = out.content_by_mime_type.into_iter().collect();
+                data.sort_by_key(|(m, _)| (m != "text/plain", m.clone()));
+                Ok(if data.is_empty() { vec![] } else { vec![Output { data, is_result: true }] })
+            }
+            Err(e) => Err(render_error(&e, cell)),
+        }
+    }
+
+    fn meta(&mut self, cmd: MetaCommand) -> Result<Vec<Output>> {
+        Ok(match cmd {
+            MetaCommand::Help => vec![Output::text(META_HELP)],
+            MetaCommand::Quit => vec![],
+            MetaCommand::Devices => {
+                let (default, lines) = self.control()?.devices()?;
+                vec![Output::text(format!("default device: {default}\n{}", lines.join("\n")))]
+            }
+            MetaCommand::Device(d) => {
+                let d = self.control()?.set_device(&d)?;
+                vec![Output::text(format!("default device is now {d}"))]
+            }
+            MetaCommand::Profile { session } => {
+                let p = self.profile(session)?;
+                let what = if session { "the session" } else { "the last cell" };
+                if p.is_empty() {
+                    vec![Output::text(format!("no eager ops in {what}"))]
+                } else {
+                    let mut text = p.table_text();
+                    let mut html = p.table_html();
+                    for h in p.hints() {
+                        text.push_str(&format!("\n{h}"));
+                        html.push_str(&format!("<p>{h}</p>"));
+                    }
+                    vec![Output { data: vec![("text/plain".into(), text), ("text/html".into(), html)], is_result: false }]
+                }
+            }
+            MetaCommand::Timeline(file) => {
+                let mut p = self.profile(false)?;
+                if p.is_empty() {
+                    p = self.profile(true)?;
+                }
+                let chart = p.timeline();
+                let path = file.unwrap_or_else(|| PathBuf::from("eager-timeline.png"));
+                if path.extension().is_some_and(|e| e == "svg") {
+                    chart.write_svg(&path)?;
+                } else {
+                    chart.write_png(&path)?;
+                }
+                let shown = absolute(&path);
+                vec![Output {
+                    data: vec![("text/plain".into(), format!("timeline written to {}", shown.display())), ("image/svg+xml".into(), chart.svg()?)],
+                    is_result: false,
+                }]
+            }
+            MetaCommand::Trace(file) => {
+                self.profile(true)?.write_trace(&file)?;
+                vec![Output::text(format!("trace written to {} (open it in ui.perfetto.dev or chrome://tracing)", absolute(&file).display()))]
+            }
+            MetaCommand::Cache => {
+                let (stats, entries) = self.control()?.cache()?;
+                let mut text = format!("{stats}\n");
+                let mut by_misses = entries;
+                by_misses.sort_by(|a, b| b.stats.compile_ns.cmp(&a.stats.compile_ns));
+                for e in by_misses.iter().take(15) {
+                    text.push_str(&format!(
+                        "  {:<48} hits {:>7}  compiles {:>3}  compile {:>8.1} ms\n",
+                        e.info.signature(),
+                        e.stats.hits,
+                        e.stats.misses,
+                        e.stats.compile_ns as f64 / 1e6
+                    ));
+                }
+                vec![Output::text(text.trim_end().to_string())]
+            }
+            MetaCommand::CacheClear => {
+                self.control()?.cache_clear()?;
+                vec![Output::text("compile cache cleared")]
+            }
+            MetaCommand::Vars => {
+                let mut vars: Vec<String> = self.ctx.variables_and_types().map(|(n, t)| format!("{n}: {t}")).collect();
+                vars.sort();
+                vec![Output::text(if vars.is_empty() { "no variables".into() } else { vars.join("\n") })]
+            }
+        })
+    }
+
+    /// The profile of the last cell, or of everything in the session's log.
+    pub fn profile(&mut self, session: bool) -> Result<viz::Profile> {
+        let (from, to) = if session { (0, u64::MAX) } else { self.last_cell };
+        let (events, _dropped) = self.control()?.events_since(from)?;
+        Ok(viz::Profile::from_events(events.into_iter().filter(|e| e.seq < to).collect()))
+    }
+
+    /// Completions at byte `pos` of `src`: meta commands, else evcxr's (rust-analyzer).
+    pub fn completions(&mut self, src: &str, pos: usize) -> (usize, Vec<String>) {
+        let head = &src[..pos];
+        if head.trim_start().starts_with(':') && !head.contains(' ') {
+            let start = head.len() - head.trim_start().len();
+            let names = crate::meta::META_NAMES.iter().filter(|n| n.starts_with(head.trim_start())).map(|n| n.to_string()).collect();
+            return (start, names);
+        }
+        match self.ctx.completions(src, pos) {
+            Ok(c) => (c.start_offset, c.completions.into_iter().map(|c| c.code).collect()),
+            Err(_) => (pos, vec![]),
+        }
+    }
+
+    /// Variables and their types.
+    pub fn variables(&self) -> Vec<(String, String)> {
+        self.ctx.variables_and_types().map(|(n, t)| (n.to_string(), t.to_string())).collect()
+    }
+
+    /// Docs of the item at byte `pos` (rust-analyzer hover), for Jupyter's inspect.
+    pub fn hover(&mut self, src: &str, pos: usize) -> Option<String> {
+        self.ctx.hover_at(src, pos).ok().map(|(_, text)| text).filter(|t| !t.is_empty())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Interrupts a running cell: asks eager to fail its next op; `kill` stops the child
+/// outright (variables are lost; evcxr restarts it).
+#[derive(Clone)]
+pub struct Interrupter {
+    socket: PathBuf,
+    child: Arc<Mutex<std::process::Child>>,
+}
+
+impl Interrupter {
+    pub fn interrupt(&self) -> Result<()> {
+        Control::connect(&self.socket)?.interrupt()
+    }
+    pub fn kill(&self) {
+        if let Ok(mut c) = self.child.lock() {
+            let _ = c.kill();
+        }
+    }
+}
+
+/// evcxr's error as a Jupyter-style error, compiler errors rendered with their spans.
+fn render_error(e: &evcxr::Error, src: &str) -> CellError {
+    match e {
+        evcxr::Error::CompilationErrors(errors) => {
+            let mut traceback = Vec::new();
+            for err in errors {
+                if err.is_from_user_code() {
+                    if let Some(report) = err.build_report("cell".into(), src.to_string(), evcxr::Theme::Dark) {
+                        let mut buf = Vec::new();
+                        if report.write(ariadne::sources([("cell".to_string(), src.to_string())]), &mut buf).is_ok() {
+                            traceback.push(String::from_utf8_lossy(&buf).trim_end().to_string());
+                            continue;
+                        }
+                    }
+                    traceback.push(err.message());
+                } else {
+                    traceback.push(err.rendered());
+                }
+            }
+            let evalue = errors.first().map(|e| e.message()).unwrap_or_default();
+            CellError { ename: "CompilationError".into(), evalue, traceback }
+        }
+        evcxr::Error::SubprocessTerminated(msg) => CellError::new(
+            "SubprocessTerminated",
+            format!("{msg}\nthe cell process restarted: variables are gone (definitions and :dep remain)"),
+        ),
+        other => CellError::new("Error", other.to_string()),
+    }
+}
+
+/// evcxr runs cells with `RUST_BACKTRACE=1`: a panic's message is what users need, not the
+/// frames of evcxr's runner. Drops the lines from `stack backtrace:` to its closing note.
+fn skip_backtrace_line(line: &str, in_backtrace: &mut bool) -> bool {
+    if line == "stack backtrace:" {
+        *in_backtrace = true;
+        return true;
+    }
+    if *in_backtrace {
+        let frame = line.starts_with("  ") || line.is_empty();
+        if line.starts_with("note: Some details are omitted") {
+            *in_backtrace = false;
+            return true;
+        }
+        if frame {
+            return true;
+        }
+        *in_backtrace = false;
+    }
+    false
+}
+
+/// `LD_LIBRARY_PATH` with rustc's target lib dir (where `libstd-*.so` is) in front.
+fn with_toolchain_libdir(current: Option<std::ffi::OsString>) -> Result<std::ffi::OsString> {
+    let out = std::process::Command::new("rustc").args(["--print", "target-libdir"]).output().context("running rustc (evcxr needs a Rust toolchain)")?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let mut paths = vec![dir];
+    paths.extend(current.iter().flat_map(std::env::split_paths));
+    Ok(std::env::join_paths(paths)?)
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A build dir of evcxr's that no other session uses now: `<base>/0`, `<base>/1`, … each held
+/// by a file lock for the session's life, so the dependency build is reused, never shared.
+fn lock_build_dir(base: &Path) -> Result<(PathBuf, File)> {
+    for i in 0..16 {
+        let dir = base.join(i.to_string());
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let lock = File::create(dir.join(".session.lock"))?;
+        if lock.try_lock().is_ok() {
+            return Ok((dir, lock));
+        }
+    }
+    Err(anyhow!("16 eager sessions are running already (build dirs under {} are all locked)", base.display()))
+}

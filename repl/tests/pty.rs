@@ -1,0 +1,123 @@
+//! The real `eager-repl` binary, driven through a pseudo-terminal as a person would use it,
+//! and through `-e` and a pipe as scripts do. Sessions run one at a time (a lock), so they
+//! reuse one evcxr build dir: the first one builds eager into it, the others load it.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use expectrl::{ControlCode, Eof, Regex, Session};
+
+static ONE_SESSION_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const PROMPT: &str = ">> ";
+/// The first session of a fresh machine builds eager and its dependencies into evcxr.
+const FIRST_START: Duration = Duration::from_secs(1200);
+const CELL: Duration = Duration::from_secs(120);
+
+fn repl() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_eager-repl"));
+    cmd.env("TERM", "xterm").env_remove("EAGER_DEVICE");
+    cmd
+}
+
+/// Sends a cell and waits for `needle` (a regex) and then the next prompt; returns the
+/// needle's first capture group, if any.
+fn cell(p: &mut Session, code: &str, needle: &str) -> String {
+    p.send_line(code).unwrap();
+    let got = p.expect(Regex(needle)).unwrap_or_else(|e| panic!("cell {code:?}: no {needle:?}: {e}"));
+    let group = got.get(1).map(|g| String::from_utf8_lossy(g).into_owned()).unwrap_or_default();
+    p.expect(PROMPT).unwrap_or_else(|e| panic!("cell {code:?}: no prompt after it: {e}"));
+    group
+}
+
+#[test]
+fn a_session_in_a_terminal() {
+    let _one = ONE_SESSION_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let mut p = Session::spawn(repl()).expect("spawn eager-repl in a pty");
+    p.set_expect_timeout(Some(FIRST_START));
+    p.expect(PROMPT).expect("the first prompt");
+    let started = t.elapsed();
+    p.set_expect_timeout(Some(CELL));
+
+    // A tensor computed on the device, shown with its values.
+    let t = Instant::now();
+    // (Needles are chosen so that the terminal's echo of the input cannot match them.)
+    cell(&mut p, "let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3])?; a.dtype()", "F32");
+    let first_cell = t.elapsed();
+    cell(&mut p, "(&a * 2.0).exp()", r"tensor\(\[  7\.3891,  54\.5982, 403\.4288\], shape=\[3\], dtype=f32, device=cpu:0\)");
+
+    // The ops of that cell were compiled (misses); the same cell again only executes them.
+    cell(&mut p, ":profile", "cache: 0 hits, 2 misses");
+    let t = Instant::now();
+    cell(&mut p, "(&a * 2.0).exp()", r"403\.4288");
+    let later_cell = t.elapsed();
+    cell(&mut p, ":profile", "cache: 2 hits, 0 misses");
+    // The session's profile still holds the first cell's events: exp ran twice, compiled once.
+    cell(&mut p, ":profile session", r"exp\s+f32\[3\]\s+2\s+1\s");
+
+    // One runtime (one PJRT client) for the whole session, whatever cell asks.
+    let client = "format!(\"client@{:p}\", std::sync::Arc::as_ptr(&eager::runtime::runtime(DeviceKind::Cpu)?.client))";
+    let first = cell(&mut p, client, r"client@(0x[0-9a-f]+)");
+    let second = cell(&mut p, client, r"client@(0x[0-9a-f]+)");
+    assert_eq!(first, second, "cells see one PJRT client");
+
+    // A shape error through `?`: a clear message, and the session with its variables goes on.
+    cell(&mut p, "let bad = a.add(&Tensor::zeros(&[2], DType::F32)?)?;", r"add: shape error: shapes \[3\] and \[2\] cannot be broadcast together");
+    cell(&mut p, "a.sum_all()?", r"6\.0000");
+    // A panic (an operator's) likewise.
+    cell(&mut p, "let c = &a + &Tensor::zeros(&[2], DType::F32)?;", "panicked");
+    cell(&mut p, "a.sum_all()?", r"6\.0000");
+
+    // Ctrl-C stops a long loop of device ops; the variables stay.
+    p.send_line("let mut x = a.clone(); loop { x = &x + 1.0; }").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    p.send(ControlCode::EndOfText).unwrap();
+    p.expect("add: interrupted").expect("the loop's next op fails with `interrupted`");
+    p.expect(PROMPT).unwrap();
+    cell(&mut p, "a.to_vec::<f32>()?", r"\[1\.0, 2\.0, 3\.0\]");
+
+    // :timeline writes a PNG that decodes.
+    let png = dir.path().join("out.png");
+    cell(&mut p, &format!(":timeline {}", png.display()), "timeline written to");
+    let decoder = png::Decoder::new(std::fs::File::open(&png).expect("the PNG exists"));
+    let info = decoder.read_info().expect("a valid PNG").info().clone();
+    assert!(info.width > 100 && info.height > 100, "{}x{}", info.width, info.height);
+
+    // A compile error shows its span; the session goes on.
+    cell(&mut p, "let n: i32 = \"one\";", "mismatched types");
+    cell(&mut p, ":vars", "a: Tensor");
+
+    // Ctrl-D exits.
+    p.send(ControlCode::EndOfTransmission).unwrap();
+    p.expect(Eof).expect("exit on Ctrl-D");
+    eprintln!("eager-repl: start to first prompt {started:?}, first cell {first_cell:?}, a later cell {later_cell:?}");
+}
+
+#[test]
+fn scripts_with_dash_e_and_a_pipe() {
+    let _one = ONE_SESSION_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = repl().args(["-e", "Tensor::arange(0.0, 4.0, 1.0, DType::F32)?.sum_all()?"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("tensor(6.0000, shape=[], dtype=f32, device=cpu:0)"), "{stdout}");
+
+    let out = repl().args(["-e", "let n: i32 = \"one\";"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mismatched types"));
+
+    let mut child = repl().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"let a = Tensor::ones(&[2, 2], DType::F32)?;\nlet b = a.matmul(\n    &a,\n)?;\nb\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("tensor([[2.0000, 2.0000],\n        [2.0000, 2.0000]], shape=[2, 2]"), "{stdout}");
+}
