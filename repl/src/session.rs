@@ -311,9 +311,9 @@ impl Session {
             let names = crate::meta::META_NAMES.iter().filter(|n| n.starts_with(head.trim_start())).map(|n| n.to_string()).collect();
             return (start, names);
         }
-        match self.ctx.completions(src, pos) {
-            Ok(c) => (c.start_offset, c.completions.into_iter().map(|c| c.code).collect()),
-            Err(_) => (pos, vec![]),
+        match quietly(|| self.ctx.completions(src, pos)) {
+            Some(Ok(c)) => (c.start_offset, c.completions.into_iter().map(|c| c.code).collect()),
+            _ => (pos, vec![]),
         }
     }
 
@@ -324,7 +324,7 @@ impl Session {
 
     /// Docs of the item at byte `pos` (rust-analyzer hover), for Jupyter's inspect.
     pub fn hover(&mut self, src: &str, pos: usize) -> Option<String> {
-        self.ctx.hover_at(src, pos).ok().map(|(_, text)| text).filter(|t| !t.is_empty())
+        quietly(|| self.ctx.hover_at(src, pos)).and_then(|r| r.ok()).map(|(_, text)| text).filter(|t| !t.is_empty())
     }
 }
 
@@ -381,6 +381,16 @@ fn render_error(e: &evcxr::Error, src: &str) -> CellError {
         ),
         other => CellError::new("Error", other.to_string()),
     }
+}
+
+/// Runs `f`, turning a panic into `None` without printing it: rust-analyzer, which evcxr's
+/// completions and hovers use, panics on some inputs, and a Tab press must not end the session.
+fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    r.ok()
 }
 
 /// evcxr runs cells with `RUST_BACKTRACE=1`: a panic's message is what users need, not the
