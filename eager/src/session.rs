@@ -100,6 +100,17 @@ impl<T: std::fmt::Debug + ?Sized> EvcxrDisplay for T {
     }
 }
 
+/// A line a cell prints to ask a notebook to clear its output (Jupyter's `clear_output`).
+pub const CLEAR_OUTPUT_MARKER: &str = "EAGER_CLEAR_OUTPUT";
+
+/// Clears the cell's output in a notebook (an animation's frame, a progress line). In the
+/// terminal REPL it does nothing.
+pub fn clear_output() {
+    use std::io::Write;
+    println!("{CLEAR_OUTPUT_MARKER}");
+    let _ = std::io::stdout().flush();
+}
+
 /// Makes sure the session's runtime exists (and its control server runs). The REPL's
 /// preload cell calls it, so the host can talk to the child before the first user op.
 pub fn attach() {

@@ -95,6 +95,7 @@ fn run(args: Args) -> Result<ExitCode> {
     let interactive = args.eval.is_none() && std::io::stdin().is_terminal();
     let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None, progress: std::io::stderr().is_terminal() };
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
+        Stream::Stdout if line == eager::session::CLEAR_OUTPUT_MARKER => {}
         Stream::Stdout => println!("{line}"),
         Stream::Stderr => eprintln!("{line}"),
     });

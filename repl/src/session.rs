@@ -73,6 +73,8 @@ pub struct Session {
     socket: PathBuf,
     control: Option<Control>,
     child_pid: u32,
+    /// Panics the child reported on stderr during the running cell.
+    panic: Arc<Mutex<PanicWatch>>,
     /// Profiler mark before the last user cell, and after it.
     last_cell: (u64, u64),
     _build_dir_lock: File,
@@ -83,9 +85,11 @@ pub struct Session {
 
 /// The preload: eager as a dependency, its prelude, and its runtime attached at once so that
 /// the control socket is up before the first user cell.
-fn preload_cells(eager_dir: &Path) -> [String; 2] {
+fn preload_cells(eager_dir: &Path) -> [String; 3] {
+    let viz_dir = eager_dir.parent().unwrap_or(eager_dir).join("viz");
     [
         format!(":dep eager = {{ path = {:?} }}", eager_dir.display().to_string()),
+        format!(":dep viz = {{ path = {:?} }}", viz_dir.display().to_string()),
         "use eager::prelude::*;\nuse eager::session::EvcxrDisplay as _;\neager::session::attach();".to_string(),
     ]
 }
@@ -121,11 +125,15 @@ impl Session {
         }
 
         let (ctx, outputs) = CommandContext::new().map_err(|e| anyhow!("starting evcxr: {e}"))?;
+        let panic: Arc<Mutex<PanicWatch>> = Arc::default();
         for (rx, stream) in [(outputs.stdout, Stream::Stdout), (outputs.stderr, Stream::Stderr)] {
-            let sink = sink.clone();
+            let (sink, panic) = (sink.clone(), panic.clone());
             std::thread::spawn(move || {
                 let mut in_backtrace = false;
                 while let Ok(line) = rx.recv() {
+                    if stream == Stream::Stderr {
+                        panic.lock().unwrap().see(&line);
+                    }
                     if !skip_backtrace_line(&line, &mut in_backtrace) {
                         sink(stream, &line);
                     }
@@ -139,6 +147,7 @@ impl Session {
             socket,
             control: None,
             child_pid,
+            panic,
             last_cell: (0, 0),
             _build_dir_lock: lock,
             startup,
@@ -203,11 +212,20 @@ impl Session {
             c.clear_interrupt()?;
             c.seq()
         });
+        *self.panic.lock().unwrap() = PanicWatch::default();
         let result = self.ctx.execute(cell);
         let restarted = self.ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0) != self.child_pid;
         if let Ok(before) = before {
             let after = if restarted { Ok(0) } else { self.control().and_then(|c| c.seq()) };
             self.last_cell = (before, after.unwrap_or(before));
+        }
+        // evcxr catches a panic in the child and reports success: a panic is the cell's
+        // error (its message reaches stderr just after the cell returns).
+        if result.is_ok() {
+            std::thread::sleep(Duration::from_millis(50));
+            if let Some(msg) = self.panic.lock().unwrap().message.take() {
+                return Err(CellError { ename: "panic".into(), traceback: vec![format!("panic: {msg}")], evalue: msg });
+            }
         }
         match result {
             Ok(out) => {
@@ -391,6 +409,25 @@ fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     std::panic::set_hook(hook);
     r.ok()
+}
+
+/// Watches the child's stderr for a panic: `thread '…' panicked at …:` then its message.
+#[derive(Default)]
+struct PanicWatch {
+    after_header: bool,
+    message: Option<String>,
+}
+
+impl PanicWatch {
+    fn see(&mut self, line: &str) {
+        if line.starts_with("thread '") && line.contains(" panicked at ") {
+            self.after_header = true;
+            self.message = Some(String::from("(no message)"));
+        } else if self.after_header {
+            self.after_header = false;
+            self.message = Some(line.to_string());
+        }
+    }
 }
 
 /// evcxr runs cells with `RUST_BACKTRACE=1`: a panic's message is what users need, not the

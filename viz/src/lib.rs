@@ -43,7 +43,7 @@ mod table;
 mod trace;
 mod units;
 
-pub use chart::{Chart, ChartKind};
+pub use chart::{Chart, ChartKind, PngImage};
 pub use error::{Error, Result};
 pub use hint::{Hint, RECOMPILE_THRESHOLD};
 pub use profile::{profile, start, Profile, Recorder};

@@ -130,6 +130,34 @@ impl<'a> Chart<'a> {
     }
 }
 
+/// Rich display in evcxr (the REPL and the Jupyter kernel): a chart ending a cell shows as
+/// SVG; [`Chart::as_png`] shows it as a PNG instead.
+impl Chart<'_> {
+    pub fn evcxr_display(&self) {
+        match self.svg() {
+            Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+
+    /// The chart at its default size as a PNG, for display.
+    pub fn as_png(&self) -> Result<PngImage> {
+        let (w, h) = self.default_size();
+        Ok(PngImage(self.png(w, h)?))
+    }
+}
+
+/// PNG bytes that display as an image when they end an evcxr cell.
+pub struct PngImage(pub Vec<u8>);
+
+impl PngImage {
+    pub fn evcxr_display(&self) {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&self.0);
+        println!("EVCXR_BEGIN_CONTENT image/png\n{b64}\nEVCXR_END_CONTENT");
+    }
+}
+
 fn check(width: u32, height: u32) -> Result<()> {
     let ok = (MIN_SIZE.0..=MAX_SIDE).contains(&width) && (MIN_SIZE.1..=MAX_SIDE).contains(&height);
     if ok {

@@ -1,0 +1,433 @@
+//! `eager-kernel`: a Jupyter kernel for Rust cells on an XLA device. A thin front end over
+//! [`repl::Session`] (the REPL's engine): Jupyter messaging over ZeroMQ (pure Rust), with every
+//! message's HMAC-SHA256 signature checked (a bad one is logged and dropped, never run).
+
+mod install;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use jupyter_protocol::{
+    ClearOutput, CodeMirrorMode, CommInfoReply, CompleteReply, ConnectionInfo, DisplayData, ErrorOutput, ExecuteInput,
+    ExecuteReply, ExecuteResult, ExecutionCount, HelpLink, HistoryEntry, HistoryReply, HistoryRequest, InspectReply,
+    InterruptReply, IsCompleteReply, IsCompleteReplyStatus, JupyterMessage, JupyterMessageContent, KernelInfoReply,
+    LanguageInfo, Media, MediaType, ReplyError, ReplyStatus, ShutdownReply, Status, StreamContent,
+};
+use jupyter_zmq_client as zmq;
+use repl::input::{completeness, Completeness};
+use repl::{CellError, Interrupter, Output, Session, SessionOptions, Stream};
+use tokio::sync::{mpsc, oneshot};
+
+repl::export_session_slot!();
+
+/// A Jupyter kernel for Rust whose tensor ops run at once on an XLA device.
+#[derive(Parser)]
+#[command(name = "eager-kernel", version)]
+struct Args {
+    /// The connection file Jupyter gives a kernel it starts.
+    #[arg(long, value_name = "FILE")]
+    connection_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Installs the kernelspec (kernel.json and logos) so that Jupyter lists "Rust (eager)".
+    Install {
+        /// Into the user's Jupyter data dir (the default).
+        #[arg(long, conflicts_with_all = ["sys_prefix", "prefix"])]
+        user: bool,
+        /// Into the current Python environment (`sys.prefix`).
+        #[arg(long, conflicts_with = "prefix")]
+        sys_prefix: bool,
+        /// Under DIR/share/jupyter/kernels.
+        #[arg(long, value_name = "DIR")]
+        prefix: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    repl::child_hook();
+    std::hint::black_box(&EAGER_SESSION_SLOT);
+    let args = Args::parse();
+    let result = match (args.command, args.connection_file) {
+        (Some(Cmd::Install { sys_prefix, prefix, .. }), _) => {
+            let target = match (sys_prefix, prefix) {
+                (true, _) => install::Target::SysPrefix,
+                (_, Some(p)) => install::Target::Prefix(p),
+                _ => install::Target::User,
+            };
+            install::install(&target).map(|dir| println!("installed kernelspec {} in {}", install::KERNEL_NAME, dir.display()))
+        }
+        (None, Some(file)) => run(&file),
+        (None, None) => Err(anyhow::anyhow!("give --connection-file FILE (Jupyter does), or `install`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("eager-kernel: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Work for the thread that owns the session (evcxr's context is used from one thread).
+enum Job {
+    Execute(String, oneshot::Sender<Result<Vec<Output>, CellError>>),
+    Complete(String, usize, oneshot::Sender<(usize, Vec<String>)>),
+    Inspect(String, usize, oneshot::Sender<Option<String>>),
+}
+
+/// What goes out on iopub, in order, from every task and thread.
+type IoPub = mpsc::UnboundedSender<JupyterMessage>;
+
+#[tokio::main]
+async fn run(connection_file: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(connection_file).with_context(|| format!("reading {}", connection_file.display()))?;
+    let info: ConnectionInfo = serde_json::from_str(&text).context("parsing the connection file")?;
+    let session_id = format!("eager-kernel-{}", std::process::id());
+
+    let mut heartbeat = zmq::create_kernel_heartbeat_connection(&info).await?;
+    let (mut shell_tx, mut shell_rx) = zmq::create_kernel_shell_connection(&info, &session_id).await?.split();
+    let mut control = zmq::create_kernel_control_connection(&info, &session_id).await?;
+    let _stdin = zmq::create_kernel_stdin_connection(&info, &session_id).await?;
+    let mut iopub = zmq::create_kernel_iopub_xpub_connection(&info, &session_id).await?;
+
+    tokio::spawn(async move { while heartbeat.single_heartbeat().await.is_ok() {} });
+
+    // iopub has one writer: this task. It also greets subscribers (JEP 65).
+    let (iopub_tx, mut iopub_rx) = mpsc::unbounded_channel::<JupyterMessage>();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                msg = iopub_rx.recv() => match msg {
+                    Some(m) => { let _ = iopub.send(m).await; }
+                    None => break,
+                },
+                sub = iopub.recv_subscription() => {
+                    if let Ok(zmq::SubscriptionEvent::Subscribe(topic)) = sub {
+                        let _ = iopub.send(jupyter_protocol::IoPubWelcome::new(topic).into()).await;
+                    }
+                }
+            }
+        }
+    });
+
+    // The child's output lines become stream messages of the request running now.
+    let current: Arc<Mutex<Option<JupyterMessage>>> = Arc::default();
+    let sink: repl::StreamSink = {
+        let (current, iopub_tx) = (current.clone(), iopub_tx.clone());
+        Arc::new(move |stream, line: &str| {
+            let Some(parent) = current.lock().unwrap().clone() else { return };
+            let msg = if line == eager::session::CLEAR_OUTPUT_MARKER {
+                ClearOutput { wait: false }.as_child_of(&parent)
+            } else {
+                let text = format!("{line}\n");
+                match stream {
+                    Stream::Stdout => StreamContent::stdout(&text).as_child_of(&parent),
+                    Stream::Stderr => StreamContent::stderr(&text).as_child_of(&parent),
+                }
+            };
+            let _ = iopub_tx.send(msg);
+        })
+    };
+
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    std::thread::Builder::new().name("eager-session".into()).spawn(move || session_thread(sink, jobs_rx, ready_tx))?;
+    let interrupter = ready_rx.await.context("the session thread ended")??;
+    let running = Arc::new(AtomicU64::new(0));
+
+    // Control: interrupt and shutdown, answered while a cell runs.
+    {
+        let (iopub_tx, running) = (iopub_tx.clone(), running.clone());
+        tokio::spawn(async move {
+            loop {
+                let msg = match control.read().await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("eager-kernel: dropped a control message: {e}");
+                        continue;
+                    }
+                };
+                let _ = iopub_tx.send(Status::busy().as_child_of(&msg));
+                match &msg.content {
+                    JupyterMessageContent::KernelInfoRequest(_) => {
+                        let _ = control.send(kernel_info().as_child_of(&msg)).await;
+                    }
+                    JupyterMessageContent::InterruptRequest(_) => {
+                        interrupt(&interrupter, &running);
+                        let _ = control.send(InterruptReply::new().as_child_of(&msg)).await;
+                    }
+                    JupyterMessageContent::ShutdownRequest(req) => {
+                        let reply = ShutdownReply { restart: req.restart, status: ReplyStatus::Ok, error: None };
+                        let _ = control.send(reply.as_child_of(&msg)).await;
+                        let _ = iopub_tx.send(Status::idle().as_child_of(&msg));
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        // The cell process goes with us (a restart starts a fresh kernel).
+                        interrupter.kill();
+                        std::process::exit(0);
+                    }
+                    _ => {}
+                }
+                let _ = iopub_tx.send(Status::idle().as_child_of(&msg));
+            }
+        });
+    }
+
+    let mut kernel = Kernel { iopub: iopub_tx, current, jobs: jobs_tx, running, count: 0, history: Vec::new() };
+    loop {
+        let msg = match shell_rx.read().await {
+            Ok(m) => m,
+            // A bad or missing signature (or a malformed message): never run it.
+            Err(e) => {
+                eprintln!("eager-kernel: dropped a shell message: {e}");
+                continue;
+            }
+        };
+        let _ = kernel.iopub.send(Status::busy().as_child_of(&msg));
+        let reply = kernel.handle(&msg).await;
+        if let Some(reply) = reply {
+            let _ = shell_tx.send(JupyterMessage::new(reply, Some(&msg))).await;
+        }
+        let _ = kernel.iopub.send(Status::idle().as_child_of(&msg));
+    }
+}
+
+/// Stops the running cell: eager's next op fails; if the cell still runs 5 s later (a loop
+/// with no eager op), its process is killed and evcxr starts a new one.
+fn interrupt(interrupter: &Interrupter, running: &Arc<AtomicU64>) {
+    let cell = running.load(Ordering::SeqCst);
+    if cell == 0 {
+        return;
+    }
+    if let Err(e) = interrupter.interrupt() {
+        eprintln!("eager-kernel: interrupt: {e:#}");
+    }
+    let (interrupter, running) = (interrupter.clone(), running.clone());
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(5));
+        if running.load(Ordering::SeqCst) == cell {
+            interrupter.kill();
+        }
+    });
+}
+
+fn session_thread(sink: repl::StreamSink, jobs: std::sync::mpsc::Receiver<Job>, ready: oneshot::Sender<Result<Interrupter>>) {
+    let opts = SessionOptions { device: std::env::var("EAGER_DEVICE").ok(), ..Default::default() };
+    let mut session = match Session::start(&opts, sink) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(session.interrupter()));
+    for job in jobs {
+        match job {
+            Job::Execute(code, reply) => {
+                let _ = reply.send(session.eval(&code));
+            }
+            Job::Complete(code, pos, reply) => {
+                let _ = reply.send(session.completions(&code, pos));
+            }
+            Job::Inspect(code, pos, reply) => {
+                let _ = reply.send(session.hover(&code, pos));
+            }
+        }
+    }
+}
+
+struct Kernel {
+    iopub: IoPub,
+    current: Arc<Mutex<Option<JupyterMessage>>>,
+    jobs: std::sync::mpsc::Sender<Job>,
+    /// The execution count of the running cell, 0 when idle.
+    running: Arc<AtomicU64>,
+    count: usize,
+    history: Vec<(usize, String)>,
+}
+
+impl Kernel {
+    /// Handles a shell request; returns the reply content.
+    async fn handle(&mut self, msg: &JupyterMessage) -> Option<JupyterMessageContent> {
+        Some(match &msg.content {
+            JupyterMessageContent::KernelInfoRequest(_) => kernel_info().into(),
+            JupyterMessageContent::ExecuteRequest(req) => self.execute(msg, &req.code, req.silent, req.store_history).await.into(),
+            JupyterMessageContent::CompleteRequest(req) => {
+                let byte = byte_offset(&req.code, req.cursor_pos);
+                let (tx, rx) = oneshot::channel();
+                let _ = self.jobs.send(Job::Complete(req.code.clone(), byte, tx));
+                let (start, matches) = rx.await.unwrap_or((byte, vec![]));
+                CompleteReply {
+                    matches,
+                    cursor_start: char_offset(&req.code, start),
+                    cursor_end: req.cursor_pos,
+                    metadata: Default::default(),
+                    status: ReplyStatus::Ok,
+                    error: None,
+                }
+                .into()
+            }
+            JupyterMessageContent::InspectRequest(req) => {
+                let (tx, rx) = oneshot::channel();
+                let _ = self.jobs.send(Job::Inspect(req.code.clone(), byte_offset(&req.code, req.cursor_pos), tx));
+                let docs = rx.await.ok().flatten();
+                InspectReply {
+                    found: docs.is_some(),
+                    data: docs.map(|d| Media::from(MediaType::Plain(d))).unwrap_or_default(),
+                    metadata: Default::default(),
+                    status: ReplyStatus::Ok,
+                    error: None,
+                }
+                .into()
+            }
+            JupyterMessageContent::IsCompleteRequest(req) => {
+                let status = match completeness(&req.code) {
+                    Completeness::Complete => IsCompleteReplyStatus::Complete,
+                    Completeness::Incomplete => IsCompleteReplyStatus::Incomplete,
+                    Completeness::Invalid => IsCompleteReplyStatus::Invalid,
+                };
+                let indent = if status == IsCompleteReplyStatus::Incomplete { "    " } else { "" };
+                IsCompleteReply { status, indent: indent.into() }.into()
+            }
+            JupyterMessageContent::HistoryRequest(req) => HistoryReply { history: self.history(req), status: ReplyStatus::Ok, error: None }.into(),
+            JupyterMessageContent::CommInfoRequest(_) => CommInfoReply { status: ReplyStatus::Ok, comms: Default::default(), error: None }.into(),
+            _ => return None,
+        })
+    }
+
+    async fn execute(&mut self, msg: &JupyterMessage, code: &str, silent: bool, store_history: bool) -> ExecuteReply {
+        if !silent && store_history {
+            self.count += 1;
+            self.history.push((self.count, code.to_string()));
+        }
+        let count = ExecutionCount::new(self.count);
+        if !silent {
+            let _ = self.iopub.send(ExecuteInput { code: code.to_string(), execution_count: count }.as_child_of(msg));
+        }
+        *self.current.lock().unwrap() = Some(msg.clone());
+        self.running.store(self.count as u64 + 1, Ordering::SeqCst);
+        let (tx, rx) = oneshot::channel();
+        let _ = self.jobs.send(Job::Execute(code.to_string(), tx));
+        let result = rx.await.unwrap_or_else(|_| Err(CellError { ename: "KernelError".into(), evalue: "the session ended".into(), traceback: vec![] }));
+        self.running.store(0, Ordering::SeqCst);
+        // The child's last stderr lines may still be on their way.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        *self.current.lock().unwrap() = None;
+        match result {
+            Ok(outputs) => {
+                for o in outputs {
+                    let _ = self.iopub.send(JupyterMessage::new(self.output(o, count), Some(msg)));
+                }
+                ExecuteReply { status: ReplyStatus::Ok, execution_count: count, payload: vec![], user_expressions: None, error: None }
+            }
+            Err(e) => {
+                let _ = self.iopub.send(
+                    ErrorOutput { ename: e.ename.clone(), evalue: e.evalue.clone(), traceback: e.traceback.clone() }.as_child_of(msg),
+                );
+                ExecuteReply {
+                    status: ReplyStatus::Error,
+                    execution_count: count,
+                    payload: vec![],
+                    user_expressions: None,
+                    error: Some(Box::new(ReplyError { ename: e.ename, evalue: e.evalue, traceback: e.traceback })),
+                }
+            }
+        }
+    }
+
+    /// A cell's value is an `execute_result`; charts and meta-command output are displays.
+    fn output(&self, o: Output, count: ExecutionCount) -> JupyterMessageContent {
+        let has_image = o.data.iter().any(|(m, _)| m.starts_with("image/"));
+        let media = Media::new(o.data.into_iter().map(|(mime, v)| media_type(&mime, v)).collect());
+        if o.is_result && !has_image {
+            ExecuteResult { execution_count: count, data: media, metadata: Default::default(), transient: Some(Default::default()) }.into()
+        } else {
+            DisplayData::new(media).into()
+        }
+    }
+
+    fn history(&self, req: &HistoryRequest) -> Vec<HistoryEntry> {
+        let entry = |(n, code): &(usize, String)| HistoryEntry::Input(1, *n, code.clone());
+        match req {
+            HistoryRequest::Tail { n, .. } => {
+                let skip = self.history.len().saturating_sub((*n).max(0) as usize);
+                self.history.iter().skip(skip).map(entry).collect()
+            }
+            HistoryRequest::Range { start, stop, .. } => {
+                self.history.iter().filter(|(n, _)| (*n as i32) >= *start && (*n as i32) < *stop).map(entry).collect()
+            }
+            HistoryRequest::Search { pattern, n, .. } => {
+                let needle = pattern.trim_matches('*');
+                let hits: Vec<_> = self.history.iter().filter(|(_, c)| c.contains(needle)).map(entry).collect();
+                let skip = hits.len().saturating_sub((*n).max(0) as usize);
+                hits.into_iter().skip(skip).collect()
+            }
+        }
+    }
+}
+
+fn media_type(mime: &str, v: String) -> MediaType {
+    match mime {
+        "text/plain" => MediaType::Plain(v),
+        "text/html" => MediaType::Html(v),
+        "image/svg+xml" => MediaType::Svg(v),
+        "image/png" => MediaType::Png(v),
+        "text/markdown" => MediaType::Markdown(v),
+        other => MediaType::Other((other.to_string(), serde_json::Value::String(v))),
+    }
+}
+
+fn kernel_info() -> KernelInfoReply {
+    KernelInfoReply {
+        status: ReplyStatus::Ok,
+        protocol_version: "5.3".into(),
+        implementation: "eager-kernel".into(),
+        implementation_version: env!("CARGO_PKG_VERSION").into(),
+        language_info: LanguageInfo {
+            name: "rust".into(),
+            version: rustc_version(),
+            mimetype: Some("text/rust".into()),
+            file_extension: Some(".rs".into()),
+            pygments_lexer: Some("rust".into()),
+            codemirror_mode: Some(CodeMirrorMode::Simple("rust".into())),
+            nbconvert_exporter: None,
+        },
+        banner: "eager: Rust cells whose tensor ops run at once on an XLA device (CPU, TPU, GPU).\n\
+                 :help lists the profiling commands (:profile, :timeline, :trace, :cache, :devices)."
+            .into(),
+        help_links: vec![
+            HelpLink { text: "eager".into(), url: "https://github.com/eager-xla/eager".into() },
+            HelpLink { text: "evcxr (how cells run)".into(), url: "https://github.com/evcxr/evcxr".into() },
+            HelpLink { text: "Rust standard library".into(), url: "https://doc.rust-lang.org/std/".into() },
+        ],
+        debugger: false,
+        error: None,
+    }
+}
+
+fn rustc_version() -> String {
+    std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.split_whitespace().nth(1).map(String::from))
+        .unwrap_or_default()
+}
+
+/// Jupyter counts cursor positions in code points; Rust strings index bytes.
+fn byte_offset(s: &str, chars: usize) -> usize {
+    s.char_indices().nth(chars).map_or(s.len(), |(i, _)| i)
+}
+
+fn char_offset(s: &str, byte: usize) -> usize {
+    s[..byte.min(s.len())].chars().count()
+}

@@ -1,0 +1,35 @@
+"""The standard kernel checks of jupyter_kernel_test, against the installed eager kernel."""
+import unittest
+
+import jupyter_kernel_test as jkt
+
+
+class EagerKernelTests(jkt.KernelTests):
+    kernel_name = "eager"
+    language_name = "rust"
+    file_extension = ".rs"
+
+    code_hello_world = 'println!("hello, world");'
+    code_stderr = 'eprintln!("an error line");'
+    completion_samples = [{"text": "Tens", "matches": {"Tensor"}}]
+    complete_code_samples = ["let x = 1;", "fn f() -> i32 {\n    1\n}", "let s = \"{\";"]
+    incomplete_code_samples = ["fn f() {", "let v = vec![1,\n2,", "let s = \"open"]
+    invalid_code_samples = ["let x = 1);"]
+    code_generate_error = 'let n: i32 = "not a number";'
+    code_execute_result = [
+        {"code": "1 + 2 + 3", "result": "6"},
+        {"code": "Tensor::ones(&[2], DType::F32)?.sum_all()?", "result": "tensor(2.0000, shape=[], dtype=f32, device=cpu:0)"},
+    ]
+    code_display_data = [
+        {"code": "viz::Profile::session().timeline()", "mime": "image/svg+xml"},
+        {"code": "viz::Profile::session().timeline().as_png()?", "mime": "image/png"},
+        {"code": ":timeline eager-test-timeline.svg", "mime": "image/svg+xml"},
+    ]
+    supported_history_operations = ("tail", "range", "search")
+    code_history_pattern = "*1 + 2*"
+    code_inspect_sample = "Tensor::zeros"
+    code_clear_output = "eager::session::clear_output();"
+
+
+if __name__ == "__main__":
+    unittest.main()
