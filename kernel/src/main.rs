@@ -251,7 +251,8 @@ struct Kernel {
     /// The execution count of the running cell, 0 when idle.
     running: Arc<AtomicU64>,
     count: usize,
-    history: Vec<(usize, String)>,
+    /// (execution count, input, text of the result).
+    history: Vec<(usize, String, String)>,
 }
 
 impl Kernel {
@@ -306,7 +307,7 @@ impl Kernel {
     async fn execute(&mut self, msg: &JupyterMessage, code: &str, silent: bool, store_history: bool) -> ExecuteReply {
         if !silent && store_history {
             self.count += 1;
-            self.history.push((self.count, code.to_string()));
+            self.history.push((self.count, code.to_string(), String::new()));
         }
         let count = ExecutionCount::new(self.count);
         if !silent {
@@ -323,10 +324,15 @@ impl Kernel {
         *self.current.lock().unwrap() = None;
         match result {
             Ok(outputs) => {
+                if let (Some(last), Some(text)) = (self.history.last_mut(), outputs.iter().find(|o| o.is_result).and_then(|o| o.get("text/plain"))) {
+                    if last.0 == self.count && store_history {
+                        last.2 = text.to_string();
+                    }
+                }
                 for o in outputs {
                     let _ = self.iopub.send(JupyterMessage::new(self.output(o, count), Some(msg)));
                 }
-                ExecuteReply { status: ReplyStatus::Ok, execution_count: count, payload: vec![], user_expressions: None, error: None }
+                ExecuteReply { status: ReplyStatus::Ok, execution_count: count, payload: vec![], user_expressions: Some(Default::default()), error: None }
             }
             Err(e) => {
                 let _ = self.iopub.send(
@@ -336,7 +342,7 @@ impl Kernel {
                     status: ReplyStatus::Error,
                     execution_count: count,
                     payload: vec![],
-                    user_expressions: None,
+                    user_expressions: Some(Default::default()),
                     error: Some(Box::new(ReplyError { ename: e.ename, evalue: e.evalue, traceback: e.traceback })),
                 }
             }
@@ -355,18 +361,25 @@ impl Kernel {
     }
 
     fn history(&self, req: &HistoryRequest) -> Vec<HistoryEntry> {
-        let entry = |(n, code): &(usize, String)| HistoryEntry::Input(1, *n, code.clone());
+        let output = matches!(req, HistoryRequest::Tail { output: true, .. } | HistoryRequest::Range { output: true, .. });
+        let entry = |(n, code, out): &(usize, String, String)| {
+            if output {
+                HistoryEntry::InputOutput(1, *n, (code.clone(), out.clone()))
+            } else {
+                HistoryEntry::Input(1, *n, code.clone())
+            }
+        };
         match req {
             HistoryRequest::Tail { n, .. } => {
                 let skip = self.history.len().saturating_sub((*n).max(0) as usize);
                 self.history.iter().skip(skip).map(entry).collect()
             }
             HistoryRequest::Range { start, stop, .. } => {
-                self.history.iter().filter(|(n, _)| (*n as i32) >= *start && (*n as i32) < *stop).map(entry).collect()
+                self.history.iter().filter(|(n, ..)| (*n as i32) >= *start && (*n as i32) < *stop).map(entry).collect()
             }
             HistoryRequest::Search { pattern, n, .. } => {
                 let needle = pattern.trim_matches('*');
-                let hits: Vec<_> = self.history.iter().filter(|(_, c)| c.contains(needle)).map(entry).collect();
+                let hits: Vec<_> = self.history.iter().filter(|(_, c, _)| c.contains(needle)).map(entry).collect();
                 let skip = hits.len().saturating_sub((*n).max(0) as usize);
                 hits.into_iter().skip(skip).collect()
             }

@@ -150,6 +150,12 @@ impl Chart<'_> {
 /// PNG bytes that display as an image when they end an evcxr cell.
 pub struct PngImage(pub Vec<u8>);
 
+impl std::fmt::Debug for PngImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PngImage({} bytes)", self.0.len())
+    }
+}
+
 impl PngImage {
     pub fn evcxr_display(&self) {
         use base64::Engine as _;
