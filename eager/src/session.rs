@@ -96,7 +96,11 @@ pub trait EvcxrDisplay {
 
 impl<T: std::fmt::Debug + ?Sized> EvcxrDisplay for T {
     fn evcxr_display(&self) {
-        println!("EVCXR_BEGIN_CONTENT text/plain\n{self:?}\nEVCXR_END_CONTENT");
+        let text = format!("{self:?}");
+        // A statement-like cell (a loop, an assignment) shows nothing, as in evcxr.
+        if text != "()" {
+            println!("EVCXR_BEGIN_CONTENT text/plain\n{text}\nEVCXR_END_CONTENT");
+        }
     }
 }
 

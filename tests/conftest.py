@@ -4,7 +4,7 @@ import pathlib
 import subprocess
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNEL = ROOT / "target" / "release" / "eager-kernel"
 
 _prefix = tempfile.mkdtemp(prefix="eager-jupyter-")

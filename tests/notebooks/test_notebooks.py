@@ -1,0 +1,67 @@
+"""Every notebook in notebooks/ runs top to bottom under nbclient on the eager kernel, and its
+key outputs are there. With EAGER_REFRESH_NOTEBOOKS=1 the executed notebooks (outputs
+included) are written back, which is how the committed outputs are made."""
+import os
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def run(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    # Errors in a cell raise CellExecutionError: the test, and CI, fail.
+    NotebookClient(nb, kernel_name="eager", timeout=600, startup_timeout=900,
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    if os.environ.get("EAGER_REFRESH_NOTEBOOKS"):
+        nbformat.write(nb, NOTEBOOKS / name)
+    return nb
+
+
+def outputs(nb, mime):
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if mime in out.get("data", {}):
+                yield out["data"][mime]
+            elif mime == "stream" and out.get("output_type") == "stream":
+                yield out["text"]
+
+
+def test_every_notebook_is_tested():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(EXPECTED)
+
+
+def check_quickstart(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    assert "tensor([[0.0159, 0.1173, 0.8668],\n        [0.0159, 0.1173, 0.8668]], shape=[2, 3]" in text
+    assert "hit rate" in text
+    assert any(svg.lstrip().startswith("<svg") for svg in outputs(nb, "image/svg+xml"))
+
+
+def check_profiling(nb):
+    assert len(list(outputs(nb, "image/svg+xml"))) == 3
+    assert any("<table" in html for html in outputs(nb, "text/html"))
+    hints = "\n".join(outputs(nb, "stream"))
+    assert "exp" in hints and "10" in hints, hints
+
+
+def check_costs(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    assert "cached sin:" in text and "first sin:" in text
+    png = next(outputs(nb, "image/png"))
+    assert png.startswith("iVBORw0KGgo")  # base64 of the PNG signature
+
+
+EXPECTED = {
+    "01-quickstart.ipynb": check_quickstart,
+    "02-profiling.ipynb": check_profiling,
+    "03-what-eager-costs.ipynb": check_costs,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_notebook_runs_and_shows_its_results(name):
+    EXPECTED[name](run(name))
