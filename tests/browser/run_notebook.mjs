@@ -26,7 +26,7 @@ await page.waitForSelector(".jp-OutputArea-output svg, .jp-RenderedSVG img", { t
 await page.waitForSelector("text=Rust (eager) | Idle");
 // JupyterLab's news prompt would cover the chart.
 const no = page.getByRole("button", { name: "No", exact: true });
-if (await no.count()) await no.first().click();
+if (await no.count()) { await no.first().click(); await page.waitForTimeout(1500); }
 const errors = await page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count();
 const tensors = await page.locator("text=0.0159, 0.1173, 0.8668").count();
 await page.locator(".jp-OutputArea-output svg, .jp-RenderedSVG img").last().scrollIntoViewIfNeeded();
