@@ -7,6 +7,8 @@
 
 use std::sync::Once;
 
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -80,6 +82,22 @@ impl Look {
     /// Tick labels and value labels.
     pub(crate) fn tick(&self) -> TextStyle<'static> {
         self.font(14).color(&INK)
+    }
+    /// The axes and grid every chart shares: tick and axis text, ink axes, a light grid.
+    pub(crate) fn mesh<'m, 'a, 'b, X, Y, XT, YT, DB>(
+        &self,
+        mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+    ) -> &'m mut MeshStyle<'a, 'b, X, Y, DB>
+    where
+        X: Ranged<ValueType = XT> + ValueFormatter<XT>,
+        Y: Ranged<ValueType = YT> + ValueFormatter<YT>,
+        DB: DrawingBackend,
+    {
+        mesh.label_style(self.tick())
+            .axis_desc_style(self.axis())
+            .axis_style(INK)
+            .bold_line_style(GRID)
+            .light_line_style(TRANSPARENT)
     }
     /// Op names written on bars.
     pub(crate) fn on_bar(&self) -> TextStyle<'static> {

@@ -51,20 +51,17 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
         .x_label_area_size(look.px(56))
         .y_label_area_size(look.px(84))
         .build_cartesian_2d(0f64..n, 0f64..y_max)?;
-    chart
-        .configure_mesh()
-        .x_labels(x_ticks)
-        .y_labels(y_ticks)
-        .x_label_formatter(&tick_format(n.max(x_ticks as f64), x_ticks))
-        .y_label_formatter(&tick_format(y_max.max(y_ticks as f64), y_ticks))
-        .x_desc("op dispatches so far (count)")
-        .y_desc("cumulative count")
-        .label_style(look.tick())
-        .axis_desc_style(look.axis())
-        .axis_style(crate::style::INK)
-        .bold_line_style(crate::style::GRID)
-        .light_line_style(TRANSPARENT)
-        .draw()?;
+    look.mesh(
+        chart
+            .configure_mesh()
+            .x_labels(x_ticks)
+            .y_labels(y_ticks)
+            .x_label_formatter(&tick_format(n.max(x_ticks as f64), x_ticks))
+            .y_label_formatter(&tick_format(y_max.max(y_ticks as f64), y_ticks))
+            .x_desc("op dispatches so far (count)")
+            .y_desc("cumulative count"),
+    )
+    .draw()?;
     let stroke = look.px(3).max(2);
     chart.draw_series(LineSeries::new(h, HIT.stroke_width(stroke)))?;
     chart.draw_series(LineSeries::new(m, MISS.stroke_width(stroke)))?;

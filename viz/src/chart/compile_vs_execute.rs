@@ -133,20 +133,17 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
     // Longest on top: row i is centred on y = (n - i) * 100 - 50.
     let row_label =
         |y: &i32| kinds.get(n - (*y as usize / 100).min(n - 1) - 1).map(|k| k.label.clone()).unwrap_or_default();
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .x_labels(ticks)
-        .x_label_formatter(&tick_format(x_max, ticks))
-        .y_label_formatter(&row_label)
-        .x_desc(format!("total time ({unit})"))
-        .y_desc("op")
-        .label_style(look.tick())
-        .axis_desc_style(look.axis())
-        .axis_style(crate::style::INK)
-        .bold_line_style(crate::style::GRID)
-        .light_line_style(TRANSPARENT)
-        .draw()?;
+    look.mesh(
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_labels(ticks)
+            .x_label_formatter(&tick_format(x_max, ticks))
+            .y_label_formatter(&row_label)
+            .x_desc(format!("total time ({unit})"))
+            .y_desc("op"),
+    )
+    .draw()?;
 
     let min_w = x_max / plot_w;
     let mut bars = Vec::new();

@@ -47,20 +47,17 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
         .y_label_area_size(label_w + look.px(52))
         .build_cartesian_2d(0f64..x_max, (0..n as i32 * 100).with_key_points(centers))?;
     let lane_name = |y: &i32| lanes.get(n - (*y as usize / 100).min(n - 1) - 1).cloned().unwrap_or_default();
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .x_labels(ticks)
-        .x_label_formatter(&tick_format(x_max, ticks))
-        .y_label_formatter(&lane_name)
-        .x_desc(format!("time since start ({unit})"))
-        .y_desc("device")
-        .label_style(look.tick())
-        .axis_desc_style(look.axis())
-        .axis_style(crate::style::INK)
-        .bold_line_style(crate::style::GRID)
-        .light_line_style(TRANSPARENT)
-        .draw()?;
+    look.mesh(
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_labels(ticks)
+            .x_label_formatter(&tick_format(x_max, ticks))
+            .y_label_formatter(&lane_name)
+            .x_desc(format!("time since start ({unit})"))
+            .y_desc("device"),
+    )
+    .draw()?;
 
     // Every part of a bar at least one pixel wide, so that every dispatch and its execute
     // part show however short; a dispatch wider than 3 px gives up its last pixel, so that
