@@ -1,5 +1,6 @@
-//! The compile cache: one compiled executable per (op, attributes, input specs, device).
-//! A miss compiles and stores; a hit only executes. LRU-bounded. The hit path is one
+//! The in-memory compile cache: one compiled executable per (op, attributes, input specs,
+//! device). A miss loads the executable from the persistent cache ([`crate::disk_cache`]) or
+//! compiles it, and stores it; a hit only executes. LRU-bounded. The hit path is one
 //! uncontended lock, one Fx hash and no heap allocation for keys of rank <= 4.
 
 use std::collections::HashMap;
@@ -26,7 +27,12 @@ pub struct OpKey {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KeyStats {
     pub hits: u64,
+    /// Compiles.
     pub misses: u64,
+    /// Loads from the persistent cache.
+    #[serde(default)]
+    pub disk_hits: u64,
+    /// Time spent compiling and loading.
     pub compile_ns: u64,
 }
 
@@ -42,15 +48,25 @@ pub struct EntryStats {
 pub struct CacheStats {
     pub entries: usize,
     pub capacity: usize,
+    /// Executed from memory.
     pub hits: u64,
+    /// Compiled.
     pub misses: u64,
+    /// Loaded from the persistent cache instead of compiled.
+    #[serde(default)]
+    pub disk_hits: u64,
     pub evictions: u64,
+    /// Time spent compiling.
     pub compile_ns: u64,
+    /// Time spent loading from the persistent cache.
+    #[serde(default)]
+    pub load_ns: u64,
 }
 
 impl CacheStats {
+    /// Share of lookups found in memory.
     pub fn hit_rate(&self) -> f64 {
-        let n = self.hits + self.misses;
+        let n = self.hits + self.misses + self.disk_hits;
         if n == 0 { 0.0 } else { self.hits as f64 / n as f64 }
     }
 }
@@ -66,14 +82,16 @@ impl std::fmt::Display for CacheStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "cache: {} entries (capacity {}), {} hits, {} misses, hit rate {:.1}%, {} evictions, compile {:.1} ms",
+            "cache: {} entries (capacity {}), {} hits, {} misses (compiled), {} loaded from disk, hit rate {:.1}%, {} evictions, compile {:.1} ms, disk load {:.1} ms",
             self.entries,
             self.capacity,
             self.hits,
             self.misses,
+            self.disk_hits,
             100.0 * self.hit_rate(),
             self.evictions,
-            self.compile_ns as f64 / 1e6
+            self.compile_ns as f64 / 1e6,
+            self.load_ns as f64 / 1e6
         )
     }
 }
@@ -128,19 +146,27 @@ impl Cache {
         }
     }
 
-    /// Stores a freshly compiled executable, evicting the least recently used beyond capacity.
-    pub(crate) fn insert(&self, key: OpKey, exe: Arc<Executable>, info: Arc<OpInfo>, compile_ns: u64) {
+    /// Stores an executable just compiled (`from_disk` false) or loaded from the persistent
+    /// cache, evicting the least recently used beyond capacity.
+    pub(crate) fn insert(&self, key: OpKey, exe: Arc<Executable>, info: Arc<OpInfo>, ns: u64, from_disk: bool) {
         let mut inner = self.lock();
         inner.tick += 1;
         let last_used = inner.tick;
-        inner.totals.compile_ns += compile_ns;
-        inner.totals.misses += 1;
-        let stats = KeyStats { hits: 0, misses: 1, compile_ns };
+        let (misses, disk_hits) = if from_disk { (0, 1) } else { (1, 0) };
+        if from_disk {
+            inner.totals.load_ns += ns;
+        } else {
+            inner.totals.compile_ns += ns;
+        }
+        inner.totals.misses += misses;
+        inner.totals.disk_hits += disk_hits;
+        let stats = KeyStats { hits: 0, misses, disk_hits, compile_ns: ns };
         match inner.map.get_mut(&key) {
             // Two threads compiled the same key at once: keep the first, count the work.
             Some(e) => {
-                e.stats.misses += 1;
-                e.stats.compile_ns += compile_ns;
+                e.stats.misses += misses;
+                e.stats.disk_hits += disk_hits;
+                e.stats.compile_ns += ns;
             }
             None => {
                 inner.map.insert(key, Entry { exe, info, stats, last_used });
@@ -205,9 +231,20 @@ pub fn entries() -> Vec<EntryStats> {
     crate::runtime::global().cache.entries()
 }
 
-/// Drops every compiled executable and zeroes the counters.
+/// Drops every compiled executable from memory and zeroes the counters (the persistent
+/// cache stays: see [`clear_disk`]).
 pub fn clear() {
     crate::runtime::global().cache.clear()
+}
+
+/// Removes every entry of the persistent compile cache; returns how many there were.
+pub fn clear_disk() -> std::io::Result<usize> {
+    crate::disk_cache::clear()
+}
+
+/// Entries and bytes of the persistent compile cache.
+pub fn disk_stats() -> crate::disk_cache::DiskStats {
+    crate::disk_cache::stats()
 }
 
 /// Bounds the number of cached executables (LRU eviction).

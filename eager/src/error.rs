@@ -18,6 +18,10 @@ pub enum Error {
     /// PJRT rejected a compile, execute or transfer.
     #[error("{op}: {source}")]
     Pjrt { op: String, source: PjrtError },
+    /// An op failed on the device after it was dispatched. Dispatch is asynchronous, so this
+    /// is reported by the first read (or wait) of a result that depends on it.
+    #[error("{op} failed on the device: {message} (reported when reading the result of {read})")]
+    DeviceFailure { op: String, message: String, read: String },
     /// No usable plugin for the device kind.
     #[error(transparent)]
     Plugin(#[from] crate::plugin::PluginError),

@@ -13,11 +13,13 @@
 //! ```
 //!
 //! Map: [`pjrt`] (FFI and safe handles), [`plugin`] (finding plugins per device target),
-//! [`ops`] (every op defined once), [`cache`], [`runtime`] (dispatch), [`tensor`],
+//! [`ops`] (every op defined once), [`cache`] (in memory), [`disk_cache`] (persistent),
+//! [`runtime`] (asynchronous dispatch), [`tensor`],
 //! [`profiler`] (the event log the viz crate draws).
 
 pub mod cache;
 pub mod device;
+pub mod disk_cache;
 pub mod dtype;
 pub mod error;
 pub mod ops;
@@ -32,7 +34,7 @@ pub mod tensor;
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path};
+pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path, synchronize};
 pub use shape::Spec;
 pub use tensor::Tensor;
 
@@ -41,7 +43,7 @@ pub mod prelude {
     pub use crate::device::{Device, DeviceKind};
     pub use crate::dtype::DType;
     pub use crate::error::{Error, Result};
-    pub use crate::runtime::{manual_seed, set_default_device};
+    pub use crate::runtime::{manual_seed, set_default_device, synchronize};
     pub use crate::tensor::Tensor;
     pub use crate::{cache, profiler};
 }

@@ -85,6 +85,8 @@ pub enum CacheOutcome {
     Hit,
     /// Compiled now.
     Miss,
+    /// Not in memory: loaded from the persistent compile cache (no compile).
+    DiskHit,
 }
 
 /// One recorded dispatch (serializable, so a REPL host can read a child's log).
@@ -98,9 +100,11 @@ pub struct Event {
     pub cache: Option<CacheOutcome>,
     /// Start, in nanoseconds since the profiler's epoch (the first use of eager).
     pub start_ns: u64,
-    /// Time spent compiling (0 on a hit).
+    /// Time spent getting the executable: compiling on a miss, loading on a disk hit, 0 on
+    /// a hit.
     pub compile_ns: u64,
-    /// Time spent executing (or transferring), waiting for the device included.
+    /// Time the device spent on the op (dispatch is asynchronous: from when the op was
+    /// enqueued, or its inputs were ready if later, to when it finished), or transferring.
     pub execute_ns: u64,
     /// Bytes read and written: inputs plus output for an op, the payload for a transfer.
     pub bytes: u64,
@@ -112,6 +116,9 @@ impl Event {
     }
     pub fn is_miss(&self) -> bool {
         self.cache == Some(CacheOutcome::Miss)
+    }
+    pub fn is_disk_hit(&self) -> bool {
+        self.cache == Some(CacheOutcome::DiskHit)
     }
     /// Wall time of the whole dispatch.
     pub fn total_ns(&self) -> u64 {
@@ -172,9 +179,9 @@ impl Profiler {
         compile_ns: u64,
         execute_ns: u64,
         bytes: u64,
-    ) {
+    ) -> Option<u64> {
         if !self.enabled.load(Ordering::Relaxed) {
-            return;
+            return None;
         }
         let start_ns = self.ns_since(start);
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
@@ -187,6 +194,18 @@ impl Profiler {
         if log.capacity > 0 {
             log.events.push_back(Event { seq, kind, info: info.clone(), cache, start_ns, compile_ns, execute_ns, bytes });
         }
+        Some(seq)
+    }
+
+    /// Sets the device time of event `seq` once its op finished (if it is still in the log).
+    pub(crate) fn complete(&self, seq: u64, execute_ns: u64) {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(first) = log.events.front().map(|e| e.seq) else { return };
+        if let Some(e) = seq.checked_sub(first).and_then(|i| log.events.get_mut(i as usize)) {
+            if e.seq == seq {
+                e.execute_ns = execute_ns;
+            }
+        }
     }
 }
 
@@ -194,14 +213,17 @@ fn profiler() -> &'static Profiler {
     &crate::runtime::global().profiler
 }
 
-/// A copy of every event still in the log, oldest first.
+/// A copy of every event still in the log, oldest first (after the ops dispatched so far
+/// finished, so that their device times are final).
 pub fn events() -> Vec<Event> {
+    crate::runtime::synchronize();
     let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
     log.events.iter().cloned().collect()
 }
 
 /// A copy of the events whose `seq` is at least `seq` (see [`next_seq`]).
 pub fn events_since(seq: u64) -> Vec<Event> {
+    crate::runtime::synchronize();
     let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
     let skip = log.events.partition_point(|e| e.seq < seq);
     log.events.iter().skip(skip).cloned().collect()

@@ -3,18 +3,19 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
 use crate::cache::{Cache, OpKey};
 use crate::device::{Device, DeviceKind};
+use crate::disk_cache::DiskCache;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::Op;
-use crate::pjrt::{self, Client, DeviceInfo};
+use crate::pjrt::{self, Client, DeviceInfo, Executable};
 use crate::plugin;
 use crate::profiler::{CacheOutcome, EventKind, OpInfo, Profiler};
 use crate::shape::Spec;
@@ -25,6 +26,8 @@ pub struct Runtime {
     pub kind: DeviceKind,
     pub plugin_path: PathBuf,
     pub client: Arc<Client>,
+    /// The persistent compile cache of this plugin (`None` when turned off).
+    pub(crate) disk: Option<Arc<DiskCache>>,
 }
 
 impl Runtime {
@@ -56,6 +59,8 @@ pub(crate) struct Global {
     default_device: Mutex<Device>,
     /// Set by an interrupt (the REPL's Ctrl-C): every dispatch fails until it is cleared.
     interrupted: AtomicBool,
+    /// Ops dispatched whose completion has not been seen yet.
+    pending: AtomicUsize,
 }
 
 impl Global {
@@ -71,6 +76,7 @@ impl Global {
                 std::env::var("EAGER_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(Device::cpu()),
             ),
             interrupted: AtomicBool::new(false),
+            pending: AtomicUsize::new(0),
         }
     }
 
@@ -103,7 +109,8 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
     }
     let explicit = lock(&g.plugin_paths).get(&kind).cloned();
     let started = plugin::start(kind, explicit.as_deref())?;
-    let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client });
+    let disk = DiskCache::open(&started.client, &started.path);
+    let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client, disk });
     Ok(lock(&g.runtimes).entry(kind).or_insert(rt).clone())
 }
 
@@ -152,14 +159,131 @@ pub(crate) fn next_rng_state() -> [u64; 2] {
     [s.0, s.1]
 }
 
-/// Runs `op` on `inputs` now: looks the key up in the compile cache, compiles on a miss,
-/// executes, records the event. `device` is used when there are no inputs.
+/// How a tensor's buffer came to be ready, filled in by the completion of the op that makes
+/// it (dispatch is asynchronous): when it was ready and, if its op failed, why.
+#[derive(Default)]
+pub(crate) struct Completion {
+    /// Profiler-clock time the buffer was ready; 0 while pending.
+    ready_ns: AtomicU64,
+    failure: OnceLock<Arc<Failure>>,
+}
+
+/// The first op of a chain that failed on the device (later ops inherit its failure).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    op: String,
+    message: String,
+}
+
+impl Completion {
+    /// A buffer that is ready now (an upload).
+    pub(crate) fn ready() -> Arc<Completion> {
+        let c = Completion::default();
+        c.ready_ns.store(global().profiler.now_ns().max(1), Ordering::Relaxed);
+        Arc::new(c)
+    }
+
+    fn is_done(&self) -> bool {
+        self.ready_ns.load(Ordering::Acquire) != 0
+    }
+
+    /// The error to report for a failed read or wait of the tensor `read`.
+    pub(crate) fn read_error(&self, read: &str, err: pjrt::PjrtError) -> Error {
+        // The read and the completion callback are woken by one event: give it a moment.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !self.is_done() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        match self.failure.get() {
+            Some(f) => Error::DeviceFailure { op: f.op.clone(), message: f.message.clone(), read: read.to_string() },
+            None => Error::Pjrt { op: read.to_string(), source: err },
+        }
+    }
+}
+
+/// Waits until every op dispatched so far has finished on its device (like
+/// `torch.cuda.synchronize`). Errors are not reported here but by reads of the results.
+pub fn synchronize() {
+    let g = global();
+    let mut spins = 0u32;
+    while g.pending.load(Ordering::Acquire) != 0 {
+        spins += 1;
+        if spins < 100 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// The executable for `key`: from memory, else from the persistent cache, else compiled (and
+/// stored in both). Returns it with the op's info, where it came from and the time it took.
+fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<(Arc<Executable>, Arc<OpInfo>, CacheOutcome, u64)> {
+    let g = global();
+    if let Some((exe, info)) = g.cache.lookup(&key) {
+        return Ok((exe, info, CacheOutcome::Hit, 0));
+    }
+    let output = key.op.infer(&key.inputs)?;
+    let info = Arc::new(OpInfo {
+        name: key.op.name(),
+        attrs: key.op.attrs(),
+        inputs: key.inputs.to_vec(),
+        output,
+        device: key.device,
+    });
+    let mlir = key.op.emit_module(&key.inputs, &info.output);
+    let signature = info.signature();
+    let options = pjrt::COMPILE_OPTIONS;
+    let loaded = rt.disk.as_ref().and_then(|d| d.load(&rt.client, &mlir, options, &signature));
+    let (exe, outcome) = match loaded {
+        Some(exe) => (exe, CacheOutcome::DiskHit),
+        None => {
+            let exe = rt.client.compile(&mlir, options).map_err(Error::pjrt(format!("compiling {signature}")))?;
+            if let Some(d) = &rt.disk {
+                d.store(&exe, &mlir, options, &signature);
+            }
+            (exe, CacheOutcome::Miss)
+        }
+    };
+    let exe = Arc::new(exe);
+    let ns = start.elapsed().as_nanos() as u64;
+    g.cache.insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
+    Ok((exe, info, outcome, ns))
+}
+
+/// The compiled executable `op` runs for `inputs` (compiling it if needed): for benchmarks
+/// that time the raw PJRT execute of exactly what a dispatch runs.
+#[doc(hidden)]
+pub fn executable_for(op: Op, inputs: &[&Tensor]) -> Result<Arc<Executable>> {
+    let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
+    let rt = runtime(device.kind)?;
+    let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
+    Ok(executable(&rt, key, Instant::now())?.0)
+}
+
+/// The PJRT buffer under `t`, for benchmarks that execute raw.
+#[doc(hidden)]
+pub fn raw_buffer(t: &Tensor) -> *mut pjrt::ffi::PJRT_Buffer {
+    t.buffer().raw()
+}
+
+/// Builds the key of `op` on `inputs` and looks it up, as a dispatch does, and nothing else:
+/// for benchmarks that take the hit path apart. Returns whether it hit.
+#[doc(hidden)]
+pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
+    let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
+    let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
+    global().cache.lookup(&key).is_some()
+}
+
+/// Runs `op` on `inputs`: looks the key up in the compile cache (compiling or loading on a
+/// miss), enqueues the execution and returns its result at once. The device time and any
+/// failure arrive with the completion event; reads of the result wait for it.
 pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
     let start = Instant::now();
-    let name = op.name();
     let g = global();
     if g.interrupted.load(Ordering::Relaxed) {
-        return Err(Error::Interrupted { op: name });
+        return Err(Error::Interrupted { op: op.name() });
     }
     let (rt, device) = match inputs.first() {
         Some(t) => (t.runtime().clone(), t.device()),
@@ -170,41 +294,57 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
     };
     if let Some(other) = inputs.iter().find(|t| t.device() != device) {
         return Err(Error::invalid(
-            name,
+            op.name(),
             format!("expected all tensors on one device, got {device} and {}; move one with .to(..)", other.device()),
         ));
     }
     let dev = rt.device(device)?;
     let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
-    let (exe, info, outcome, compile_ns) = match g.cache.lookup(&key) {
-        Some((exe, info)) => (exe, info, CacheOutcome::Hit, 0),
-        None => {
-            let output = key.op.infer(&key.inputs)?;
-            let info = Arc::new(OpInfo {
-                name,
-                attrs: key.op.attrs(),
-                inputs: key.inputs.to_vec(),
-                output,
-                device,
-            });
-            let mlir = key.op.emit_module(&key.inputs, &info.output);
-            let exe = Arc::new(
-                rt.client.compile(&mlir, pjrt::COMPILE_OPTIONS).map_err(Error::pjrt(format!("compiling {}", info.signature())))?,
-            );
-            let compile_ns = start.elapsed().as_nanos() as u64;
-            g.cache.insert(key, exe.clone(), info.clone(), compile_ns);
-            (exe, info, CacheOutcome::Miss, compile_ns)
-        }
-    };
+    let (exe, info, outcome, compile_ns) = executable(&rt, key, start)?;
     let exec_start = Instant::now();
     let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().raw()).collect();
     let mut out = SmallVec::new();
-    exe.execute(&args, dev, &mut out, true).map_err(Error::pjrt(info.signature()))?;
-    let execute_ns = exec_start.elapsed().as_nanos() as u64;
+    // A closure, not Error::pjrt(..): the signature is formatted only on failure.
+    let done = exe.execute(&args, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
+    let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let buffer = out.pop().expect("every op has one output");
+    let completion = Arc::new(Completion::default());
     let bytes = inputs.iter().map(|t| t.spec().size_in_bytes()).sum::<usize>() + info.output.size_in_bytes();
-    g.profiler.record(EventKind::Op, &info, Some(outcome), start, compile_ns, execute_ns, bytes as u64);
-    Ok(Tensor::from_parts(buffer, info.output.clone(), device, rt))
+    let seq = g.profiler.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes as u64);
+    if let Some(done) = done {
+        let enqueued_at = g.profiler.ns_since(exec_start);
+        let inputs_done: SmallVec<[Arc<Completion>; 3]> = inputs.iter().map(|t| t.completion().clone()).collect();
+        let this = completion.clone();
+        let op_info = info.clone();
+        g.pending.fetch_add(1, Ordering::AcqRel);
+        let registered = done.on_ready(&rt.client.api, move |outcome| {
+            let g = global();
+            let end = g.profiler.now_ns().max(1);
+            // The device starts on the op when it is enqueued and its inputs are ready.
+            let began = inputs_done.iter().map(|c| c.ready_ns.load(Ordering::Acquire)).fold(enqueued_at, u64::max);
+            if let Err(e) = outcome {
+                let failure = inputs_done
+                    .iter()
+                    .find_map(|c| c.failure.get().cloned())
+                    .unwrap_or_else(|| Arc::new(Failure { op: op_info.signature(), message: e.message }));
+                let _ = this.failure.set(failure);
+            }
+            this.ready_ns.store(end, Ordering::Release);
+            if let Some(seq) = seq {
+                g.profiler.complete(seq, end.saturating_sub(began));
+            }
+            g.pending.fetch_sub(1, Ordering::AcqRel);
+        });
+        if registered.is_err() {
+            // The plugin cannot call back: fall back to waiting here.
+            g.pending.fetch_sub(1, Ordering::AcqRel);
+            buffer.wait_ready().map_err(|e| completion.read_error(&info.signature(), e))?;
+            completion.ready_ns.store(g.profiler.now_ns().max(1), Ordering::Release);
+        }
+    } else {
+        completion.ready_ns.store(g.profiler.now_ns().max(1), Ordering::Release);
+    }
+    Ok(Tensor::from_parts(buffer, info.output.clone(), device, rt, Some(info), completion))
 }
 
 /// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.
@@ -223,14 +363,14 @@ pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor>
         rt.client.buffer_from_host(bytes, spec.dtype.pjrt(), &dims, dev).map_err(Error::pjrt(format!("copying {spec} to {device}")))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::HostToDevice, "to_device", &spec, device, start, ns);
-    Ok(Tensor::from_parts(buffer, spec, device, rt))
+    Ok(Tensor::from_parts(buffer, spec, device, rt, None, Completion::ready()))
 }
 
 /// Copies a tensor's bytes to the host, recording the transfer.
 pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
     let start = Instant::now();
     let mut bytes = vec![0u8; t.spec().size_in_bytes()];
-    t.buffer().to_host(&mut bytes).map_err(Error::pjrt(format!("copying {} from {} to the host", t.spec(), t.device())))?;
+    t.buffer().to_host(&mut bytes).map_err(|e| t.completion().read_error(&t.describe(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::DeviceToHost, "to_host", t.spec(), t.device(), start, ns);
     Ok(bytes)
@@ -249,10 +389,10 @@ pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
     let dev = rt.device(device)?;
     let start = Instant::now();
     let buffer = t.buffer().copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
-    buffer.wait_ready().map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
+    buffer.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::DeviceToDevice, "to_device", t.spec(), device, start, ns);
-    Ok(Tensor::from_parts(buffer, t.spec().clone(), device, rt))
+    Ok(Tensor::from_parts(buffer, t.spec().clone(), device, rt, None, Completion::ready()))
 }
 
 fn record_transfer(kind: EventKind, name: &'static str, spec: &Spec, device: Device, start: Instant, ns: u64) {

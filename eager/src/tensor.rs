@@ -13,7 +13,8 @@ use crate::dtype::{as_bytes, DType, Element};
 use crate::error::{Error, Result};
 use crate::ops::{Binary, Compare, Dims, Dist, Op, Reduce, Unary};
 use crate::pjrt::Buffer;
-use crate::runtime::{self, dispatch, Runtime};
+use crate::profiler::OpInfo;
+use crate::runtime::{self, dispatch, Completion, Runtime};
 use crate::shape::{resolve_dim, Shape, Spec};
 
 /// A tensor on a device. Cloning is cheap (the buffer is shared).
@@ -27,11 +28,40 @@ struct Inner {
     spec: Spec,
     device: Device,
     runtime: Arc<Runtime>,
+    /// The op that made it (`None` for uploads and copies): named when its result fails.
+    producer: Option<Arc<OpInfo>>,
+    completion: Arc<Completion>,
 }
 
 impl Tensor {
-    pub(crate) fn from_parts(buffer: Buffer, spec: Spec, device: Device, runtime: Arc<Runtime>) -> Tensor {
-        Tensor { inner: Arc::new(Inner { buffer, spec, device, runtime }) }
+    pub(crate) fn from_parts(
+        buffer: Buffer,
+        spec: Spec,
+        device: Device,
+        runtime: Arc<Runtime>,
+        producer: Option<Arc<OpInfo>>,
+        completion: Arc<Completion>,
+    ) -> Tensor {
+        Tensor { inner: Arc::new(Inner { buffer, spec, device, runtime, producer, completion }) }
+    }
+
+    pub(crate) fn completion(&self) -> &Arc<Completion> {
+        &self.inner.completion
+    }
+
+    /// What made this tensor, for errors: `exp(f32[4])`, or its spec for uploaded data.
+    pub(crate) fn describe(&self) -> String {
+        match &self.inner.producer {
+            Some(info) => info.signature(),
+            None => format!("{} on {}", self.spec(), self.device()),
+        }
+    }
+
+    /// Waits until the op that makes this tensor has finished on the device (dispatch is
+    /// asynchronous; reads wait by themselves). Reports the op's failure, if it failed.
+    pub fn block_until_ready(&self) -> Result<&Tensor> {
+        self.buffer().wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
+        Ok(self)
     }
 
     pub(crate) fn buffer(&self) -> &Buffer {

@@ -24,13 +24,15 @@ fn a_key_compiles_once_then_hits() -> Result<()> {
         assert_eq!(c.to_vec::<f32>()?, vec![3.0; 7 * 13]);
     }
     let e = entry("add(f32[7, 13], f32[13])").expect("add is cached");
-    assert_eq!((e.stats.misses, e.stats.hits), (1, 9));
+    // The first call compiled, or loaded what an earlier process compiled (the disk cache).
+    assert_eq!((e.stats.misses + e.stats.disk_hits, e.stats.hits), (1, 9));
     assert!(e.stats.compile_ns > 0);
 
-    // The profiler saw the same: one miss with a compile, then hits with none.
-    let adds: Vec<_> = profiler::events_since(mark).into_iter().filter(|e| e.name() == "add").collect();
+    // The profiler saw the same: one compile (or load), then hits with none.
+    let adds: Vec<_> =
+        profiler::events_since(mark).into_iter().filter(|e| e.info.signature() == "add(f32[7, 13], f32[13])").collect();
     assert_eq!(adds.len(), 10);
-    assert_eq!(adds[0].cache, Some(CacheOutcome::Miss));
+    assert!(matches!(adds[0].cache, Some(CacheOutcome::Miss | CacheOutcome::DiskHit)));
     assert!(adds[0].compile_ns > 0);
     assert!(adds[1..].iter().all(|e| e.cache == Some(CacheOutcome::Hit) && e.compile_ns == 0));
     assert!(adds.iter().all(|e| e.kind == EventKind::Op && e.execute_ns > 0));
@@ -41,7 +43,7 @@ fn a_key_compiles_once_then_hits() -> Result<()> {
     a.add(&b2)?;
     a.add(&b2)?;
     let e2 = entry("add(f32[7, 13], f32[7, 1])").expect("second key");
-    assert_eq!((e2.stats.misses, e2.stats.hits), (1, 1));
+    assert_eq!((e2.stats.misses + e2.stats.disk_hits, e2.stats.hits), (1, 1));
     Ok(())
 }
 
@@ -52,7 +54,7 @@ fn scalar_values_share_one_executable() -> Result<()> {
     let y = (&a * 3.0).to_vec::<f64>()?;
     assert_eq!((x[0], y[0]), (2.0, 3.0));
     let e = entry("mul(f64[11, 3], f64[])").expect("mul by a scalar");
-    assert_eq!((e.stats.misses, e.stats.hits), (1, 1));
+    assert_eq!((e.stats.misses + e.stats.disk_hits, e.stats.hits), (1, 1));
     Ok(())
 }
 

@@ -1,26 +1,72 @@
-//! `cargo run --release -p eager --bin eager-bench`: what eager dispatch costs, from one run.
-//! Prints figures only; nothing here asserts a time.
+//! `cargo run --release -p eager --bin eager-bench [-- --json]`: what eager dispatch costs,
+//! from one run, as medians. Prints figures only; nothing here asserts a time.
 //!
-//! - the raw PJRT floor: a compiled tiny add executed through the runtime layer alone;
-//! - our cached tiny add through `Tensor` (key, cache lookup, execute, event);
-//! - first-call compile time of a few ops;
-//! - matmul 1024x1024 f32 throughput.
+//! - the raw PJRT floor: the very executable a cached tiny add runs, executed through the
+//!   PJRT layer alone, against our cached `Tensor::add` (and the parts of our hit path);
+//! - a 100-op chain of mixed ops and a 3-layer MLP forward (ops/s, passes/s);
+//! - first calls: compiled cold, and loaded from the disk cache in a fresh process;
+//! - matmul 1024 f32 GFLOP/s, ours against the raw execute;
+//! - resident memory after 1 000 000 ops.
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Instant;
 
-use eager::pjrt::{self, Buffer};
+use anyhow::Context;
+use eager::ops::{Binary, Op};
+use eager::pjrt::Buffer;
 use eager::prelude::*;
+use eager::profiler::CacheOutcome;
 use eager::{runtime, DeviceKind};
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-const CALLS: usize = 20_000;
+const USAGE: &str = "usage: eager-bench [--json] [--calls N] [--memory-ops N]
+  --json          print one JSON object instead of the report
+  --calls N       calls per hit-path median (default 20000)
+  --memory-ops N  ops in the memory run (default 1000000)";
+
+/// Command-line flags. Parsed by hand, not with clap: eager's dependencies are built by every
+/// new REPL session (evcxr), so the library keeps them few.
+struct Args {
+    json: bool,
+    calls: usize,
+    memory_ops: usize,
+    /// Internal: run the first-call ops in this process and print their outcomes as JSON.
+    first_call_child: bool,
+}
+
+impl Args {
+    fn parse() -> anyhow::Result<Args> {
+        let mut a = Args { json: false, calls: 20_000, memory_ops: 1_000_000, first_call_child: false };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut number = |name: &str| -> anyhow::Result<usize> {
+                let v = it.next().with_context(|| format!("{name} needs a number\n{USAGE}"))?;
+                v.parse().with_context(|| format!("{name}: {v:?} is not a number\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--json" => a.json = true,
+                "--calls" => a.calls = number("--calls")?.max(10),
+                "--memory-ops" => a.memory_ops = number("--memory-ops")?,
+                "--first-call-child" => a.first_call_child = true,
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => anyhow::bail!("unknown argument {other:?}\n{USAGE}"),
+            }
+        }
+        Ok(a)
+    }
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
 
-/// Median µs of `f` over `n` calls (after a warm-up).
+/// Median µs of `f` over `n` calls (after a warm-up of n/10).
 fn time_calls(n: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..n / 10 {
         f();
@@ -34,49 +80,56 @@ fn time_calls(n: usize, mut f: impl FnMut()) -> f64 {
     median(samples)
 }
 
-fn main() -> anyhow::Result<()> {
-    let t = Instant::now();
-    let rt = runtime::runtime(DeviceKind::Cpu)?;
-    let (maj, min) = rt.api_version();
-    println!("eager-bench on {} (PJRT C API {maj}.{min}, {} devices), plugin {}", rt.client.platform_name, rt.client.devices.len(), rt.plugin_path.display());
-    println!("  runtime start (plugin load + client):  {:8.1} ms", t.elapsed().as_secs_f64() * 1e3);
-    profiler::set_capacity(1024); // keep the log small; recording stays on as users have it
+#[derive(Serialize, Deserialize, Default)]
+struct HitPath {
+    /// Raw PJRT execute of the cached add's executable (no completion event, no wait).
+    raw_execute_us: f64,
+    /// The same, waiting for completion.
+    raw_execute_wait_us: f64,
+    /// Our cached `Tensor::add`, asynchronous.
+    ours_us: f64,
+    ours_minus_raw_us: f64,
+    /// Ours, then waiting for the result.
+    ours_wait_us: f64,
+    /// Ours with the profiler off (the difference is event recording).
+    ours_profiler_off_us: f64,
+    /// Key build + hash + locked lookup alone.
+    key_lookup_us: f64,
+}
 
-    // Raw floor: the same tiny add the tensor path runs, with nothing but the PJRT layer.
-    let mlir = "module @raw { func.func public @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = stablehlo.add %a, %b : tensor<4xf32>\n  return %0 : tensor<4xf32>\n} }";
-    let exe = rt.client.compile(mlir, pjrt::COMPILE_OPTIONS)?;
-    let dev = &rt.client.devices[0];
-    let data = [1.0f32, 2.0, 3.0, 4.0];
-    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let a = rt.client.buffer_from_host(&bytes, DType::F32.pjrt(), &[4], dev)?;
-    let b = rt.client.buffer_from_host(&bytes, DType::F32.pjrt(), &[4], dev)?;
-    let args = [a.raw(), b.raw()];
-    let raw_wait = time_calls(CALLS, || {
-        let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
-        exe.execute(&args, dev, &mut out, true).unwrap();
-    });
-    let raw_enqueue = time_calls(CALLS, || {
-        let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
-        exe.execute(&args, dev, &mut out, false).unwrap();
-        out[0].wait_ready().unwrap();
-    });
+#[derive(Serialize, Deserialize, Default, Clone)]
+struct FirstCall {
+    op: String,
+    outcome: String,
+    /// Time to get the executable (compile or disk load).
+    fetch_ms: f64,
+    /// The whole first call, result read back.
+    first_call_ms: f64,
+}
 
-    // Ours: the same add through Tensor (first call compiles; then cache hits).
-    let x = Tensor::from_slice(&data, &[4])?;
-    let y = Tensor::from_slice(&data, &[4])?;
-    let _ = x.add(&y)?;
-    let ours = time_calls(CALLS, || {
-        let _z = x.add(&y).unwrap();
-    });
-    println!("\ncached tiny add (f32[4] + f32[4]), median of {CALLS} calls:");
-    println!("  raw PJRT execute + completion wait:   {raw_wait:8.2} µs   (the floor)");
-    println!("  raw PJRT execute, then buffer wait:   {raw_enqueue:8.2} µs");
-    println!("  eager Tensor::add (cache hit):        {ours:8.2} µs   ({:+.2} µs over the floor)", ours - raw_wait);
+#[derive(Serialize, Deserialize, Default)]
+struct Report {
+    platform: String,
+    devices: usize,
+    runtime_start_ms: f64,
+    hit_path: HitPath,
+    chain_100_ops_ms: f64,
+    chain_ops_per_s: f64,
+    mlp_forward_ms: f64,
+    mlp_forward_per_s: f64,
+    first_call_cold: Vec<FirstCall>,
+    first_call_disk: Vec<FirstCall>,
+    matmul_1024_gflops: f64,
+    matmul_1024_raw_gflops: f64,
+    memory_ops: usize,
+    rss_before_mib: f64,
+    rss_after_mib: f64,
+}
 
-    // First-call compile of a few ops, at shapes nothing above used.
-    println!("\nfirst call (compile + execute), from the profiler:");
-    let m = Tensor::rand(&[37, 53], DType::F32)?;
-    let v = Tensor::rand(&[53], DType::F32)?;
+/// The ops timed on first call, at shapes nothing else in the bench uses.
+fn first_call_ops() -> Result<Vec<FirstCall>> {
+    let m = Tensor::from_slice(&(0..37 * 53).map(|i| i as f32 / 100.0).collect::<Vec<_>>(), &[37, 53])?;
+    let v = Tensor::from_slice(&[0.5f32; 53], &[53])?;
     let cases: Vec<(&str, Box<dyn Fn() -> Result<Tensor>>)> = vec![
         ("add (broadcast)", Box::new(|| m.add(&v))),
         ("exp", Box::new(|| m.exp())),
@@ -85,27 +138,216 @@ fn main() -> anyhow::Result<()> {
         ("argmax", Box::new(|| m.argmax(Some(1), false))),
         ("cast to bf16", Box::new(|| m.to_dtype(DType::BF16))),
     ];
+    let mut out = Vec::new();
     for (label, f) in &cases {
         let mark = profiler::next_seq();
         let t = Instant::now();
-        f()?;
-        let wall = t.elapsed().as_secs_f64() * 1e3;
-        let compile: u64 = profiler::events_since(mark).iter().map(|e| e.compile_ns).sum();
-        let again = time_calls(200, || {
-            f().unwrap();
-        });
-        println!("  {label:<18} compile {:7.1} ms   first call {wall:7.1} ms   cached {again:8.1} µs", compile as f64 / 1e6);
+        f()?.to_f64_vec()?;
+        let first_call_ms = t.elapsed().as_secs_f64() * 1e3;
+        let events = profiler::events_since(mark);
+        // The last op event is the op itself (transposes and the like come first).
+        let op = events.iter().rev().find(|e| e.cache.is_some()).expect("an op ran");
+        let outcome = match op.cache {
+            Some(CacheOutcome::Miss) => "compiled",
+            Some(CacheOutcome::DiskHit) => "disk",
+            _ => "memory",
+        };
+        let fetch_ns: u64 = events.iter().map(|e| e.compile_ns).sum();
+        out.push(FirstCall { op: label.to_string(), outcome: outcome.into(), fetch_ms: fetch_ns as f64 / 1e6, first_call_ms });
     }
+    Ok(out)
+}
 
-    // Matmul throughput.
-    let n = 1024;
-    let a = Tensor::rand(&[n, n], DType::F32)?;
-    let b = Tensor::rand(&[n, n], DType::F32)?;
-    let _ = a.matmul(&b)?;
-    let secs = time_calls(20, || {
-        let _ = a.matmul(&b).unwrap();
-    }) / 1e6;
-    println!("\nmatmul {n}x{n} f32: {:8.2} ms  =  {:.1} GFLOP/s", secs * 1e3, 2.0 * (n as f64).powi(3) / secs / 1e9);
-    println!("\n{}", cache::stats());
+/// Runs the first-call ops in a fresh process with the disk cache at `dir`.
+fn first_call_in_child(dir: &Path) -> anyhow::Result<Vec<FirstCall>> {
+    let out = Command::new(std::env::current_exe()?)
+        .arg("--first-call-child")
+        .env("EAGER_COMPILE_CACHE", "on")
+        .env("EAGER_COMPILE_CACHE_DIR", dir)
+        .output()
+        .context("running the first-call child")?;
+    anyhow::ensure!(out.status.success(), "first-call child failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn mlp_forward(x: &Tensor, layers: &[(Tensor, Tensor)]) -> Result<Tensor> {
+    let mut h = x.clone();
+    for (i, (w, b)) in layers.iter().enumerate() {
+        h = h.matmul(w)?.add(b)?;
+        if i + 1 < layers.len() {
+            h = h.relu()?;
+        }
+    }
+    Ok(h)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse()?;
+    if args.first_call_child {
+        println!("{}", serde_json::to_string(&first_call_ops()?)?);
+        return Ok(());
+    }
+    let mut r = Report::default();
+    let t = Instant::now();
+    let rt = runtime::runtime(DeviceKind::Cpu)?;
+    r.runtime_start_ms = t.elapsed().as_secs_f64() * 1e3;
+    r.platform = format!("{} (PJRT C API {}.{})", rt.client.platform_name, rt.api_version().0, rt.api_version().1);
+    r.devices = rt.client.devices.len();
+    profiler::set_capacity(1024); // keep the log small; recording stays on as users have it
+
+    // The hit path against the raw execute of the very same executable.
+    let data = [1.0f32, 2.0, 3.0, 4.0];
+    let x = Tensor::from_slice(&data, &[4])?;
+    let y = Tensor::from_slice(&data, &[4])?;
+    let exe = runtime::executable_for(Op::Binary(Binary::Add), &[&x, &y])?;
+    let dev = &rt.client.devices[0];
+    let (xb, yb) = (runtime::raw_buffer(&x), runtime::raw_buffer(&y));
+    let raw_args = [xb, yb];
+    let n = args.calls;
+    let h = &mut r.hit_path;
+    h.raw_execute_us = time_calls(n, || {
+        let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
+        let _ = exe.execute(&raw_args, dev, &mut out, false).unwrap();
+    });
+    h.raw_execute_wait_us = time_calls(n, || {
+        let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
+        exe.execute_and_wait(&raw_args, dev, &mut out).unwrap();
+    });
+    h.ours_us = time_calls(n, || {
+        let _z = x.add(&y).unwrap();
+    });
+    h.ours_wait_us = time_calls(n, || {
+        x.add(&y).unwrap().block_until_ready().unwrap();
+    });
+    profiler::set_enabled(false);
+    h.ours_profiler_off_us = time_calls(n, || {
+        let _z = x.add(&y).unwrap();
+    });
+    profiler::set_enabled(true);
+    h.key_lookup_us = time_calls(n, || {
+        runtime::lookup_only(Op::Binary(Binary::Add), &[&x, &y]);
+    });
+    h.ours_minus_raw_us = h.ours_us - h.raw_execute_us;
+
+    // A 100-op chain of mixed ops (5 ops x 20), result read back.
+    let v = Tensor::from_slice(&(0..256).map(|i| (i as f32 / 256.0) - 0.5).collect::<Vec<_>>(), &[256])?;
+    let w = Tensor::full(&[256], 0.9, DType::F32)?;
+    let chain = || -> Result<Tensor> {
+        let mut z = v.clone();
+        for _ in 0..20 {
+            z = z.mul(&w)?.add(&v)?.tanh()?.maximum(&v)?.sub_scalar(0.01)?;
+        }
+        Ok(z)
+    };
+    chain()?.to_vec::<f32>()?;
+    let chain_us = time_calls(200, || {
+        chain().unwrap().block_until_ready().unwrap();
+    });
+    r.chain_100_ops_ms = chain_us / 1e3;
+    r.chain_ops_per_s = 100.0 / (chain_us / 1e6);
+
+    // A 3-layer MLP forward (784-256-128-10), batch 64.
+    manual_seed(0);
+    let dims = [784, 256, 128, 10];
+    let layers: Vec<(Tensor, Tensor)> = dims
+        .windows(2)
+        .map(|d| Ok((Tensor::randn(&[d[0], d[1]], DType::F32)?.mul_scalar(0.05)?, Tensor::zeros(&[d[1]], DType::F32)?)))
+        .collect::<Result<_>>()?;
+    let batch = Tensor::rand(&[64, 784], DType::F32)?;
+    mlp_forward(&batch, &layers)?.to_vec::<f32>()?;
+    let mlp_us = time_calls(500, || {
+        mlp_forward(&batch, &layers).unwrap().block_until_ready().unwrap();
+    });
+    r.mlp_forward_ms = mlp_us / 1e3;
+    r.mlp_forward_per_s = 1e6 / mlp_us;
+
+    // First calls in fresh processes: compiled (empty disk cache), then loaded from it.
+    let dir = std::env::temp_dir().join(format!("eager-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    r.first_call_cold = first_call_in_child(&dir)?;
+    r.first_call_disk = first_call_in_child(&dir)?;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Matmul throughput, ours against the raw execute of the same executable.
+    let m = 1024;
+    let a = Tensor::rand(&[m, m], DType::F32)?;
+    let b = Tensor::rand(&[m, m], DType::F32)?;
+    a.matmul(&b)?.block_until_ready()?;
+    let flops = 2.0 * (m as f64).powi(3);
+    let ours = time_calls(20, || {
+        a.matmul(&b).unwrap().block_until_ready().unwrap();
+    });
+    let mm = runtime::executable_for(Op::Matmul, &[&a, &b])?;
+    let mm_args = [runtime::raw_buffer(&a), runtime::raw_buffer(&b)];
+    let raw = time_calls(20, || {
+        let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
+        mm.execute_and_wait(&mm_args, dev, &mut out).unwrap();
+    });
+    r.matmul_1024_gflops = flops / (ours * 1e3);
+    r.matmul_1024_raw_gflops = flops / (raw * 1e3);
+
+    // Resident memory after many ops (profiler at its default capacity, as users have it).
+    profiler::set_capacity(profiler::DEFAULT_CAPACITY);
+    r.memory_ops = args.memory_ops;
+    r.rss_before_mib = rss_mib();
+    for i in 0..args.memory_ops {
+        let z = x.add(&y)?;
+        if i % 10_000 == 0 {
+            z.block_until_ready()?;
+        }
+    }
+    synchronize();
+    r.rss_after_mib = rss_mib();
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print_report(&r, n, &rt.plugin_path);
+    }
     Ok(())
+}
+
+fn print_report(r: &Report, calls: usize, plugin: &Path) {
+    let h = &r.hit_path;
+    println!("eager-bench on {}, {} devices, plugin {}", r.platform, r.devices, plugin.display());
+    println!("  runtime start (plugin load + client):   {:8.1} ms", r.runtime_start_ms);
+    println!("\ncached tiny add (f32[4] + f32[4]), median of {calls} calls, same executable:");
+    println!("  raw PJRT execute (the floor):           {:8.2} µs", h.raw_execute_us);
+    println!("  eager Tensor::add (cache hit, async):   {:8.2} µs   ({:+.2} µs over the floor)", h.ours_us, h.ours_minus_raw_us);
+    println!("    of which: key + hash + lookup         {:8.2} µs", h.key_lookup_us);
+    println!("              event recording             {:8.2} µs   (profiler off: {:.2} µs)", h.ours_us - h.ours_profiler_off_us, h.ours_profiler_off_us);
+    println!("  raw execute + completion wait:          {:8.2} µs", h.raw_execute_wait_us);
+    println!("  eager add + block_until_ready:          {:8.2} µs", h.ours_wait_us);
+    println!("\nthroughput (result read back or awaited):");
+    println!("  100-op chain (mul add tanh max sub, f32[256]): {:7.3} ms = {:9.0} ops/s", r.chain_100_ops_ms, r.chain_ops_per_s);
+    println!("  MLP 784-256-128-10 forward, batch 64:          {:7.3} ms = {:9.0} passes/s", r.mlp_forward_ms, r.mlp_forward_per_s);
+    println!("\nfirst call in a fresh process (get the executable / whole call):");
+    println!("  {:<18} {:>22} {:>26}", "op", "cold: compile", "disk cache: load");
+    for (c, d) in r.first_call_cold.iter().zip(&r.first_call_disk) {
+        println!(
+            "  {:<18} {:>8.1} / {:>7.1} ms ({}) {:>8.1} / {:>7.1} ms ({})",
+            c.op, c.fetch_ms, c.first_call_ms, c.outcome, d.fetch_ms, d.first_call_ms, d.outcome
+        );
+    }
+    let sum = |v: &[FirstCall]| v.iter().map(|c| c.fetch_ms).sum::<f64>();
+    println!("  total              {:>8.1} ms {:>22.1} ms", sum(&r.first_call_cold), sum(&r.first_call_disk));
+    println!("\nmatmul 1024x1024 f32: eager {:.1} GFLOP/s, raw execute {:.1} GFLOP/s", r.matmul_1024_gflops, r.matmul_1024_raw_gflops);
+    println!(
+        "\nresident memory: {:.1} MiB before, {:.1} MiB after {} ops ({:+.1} MiB)",
+        r.rss_before_mib,
+        r.rss_after_mib,
+        r.memory_ops,
+        r.rss_after_mib - r.rss_before_mib
+    );
+    println!("\n{}\n{}", cache::stats(), cache::disk_stats());
 }

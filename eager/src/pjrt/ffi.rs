@@ -86,6 +86,9 @@ args!(PJRT_Event_Destroy_Args { event: *mut PJRT_Event });
 args!(PJRT_Event_IsReady_Args { event: *mut PJRT_Event, is_ready: bool });
 args!(PJRT_Event_Error_Args { event: *mut PJRT_Event });
 args!(PJRT_Event_Await_Args { event: *mut PJRT_Event });
+/// Called once an event is ready; owns `error` (null on success) and must destroy it.
+pub type OnReadyCallback = unsafe extern "C" fn(error: *mut PJRT_Error, user_arg: *mut c_void);
+args!(PJRT_Event_OnReady_Args { event: *mut PJRT_Event, callback: Option<OnReadyCallback>, user_arg: *mut c_void });
 args!(PJRT_Client_Create_Args {
     create_options: *const PJRT_NamedValue,
     num_options: usize,
@@ -226,7 +229,7 @@ pub struct PJRT_Api {
     pub PJRT_Event_IsReady: Fn<PJRT_Event_IsReady_Args>,
     pub PJRT_Event_Error: Fn<PJRT_Event_Error_Args>,
     pub PJRT_Event_Await: Fn<PJRT_Event_Await_Args>,
-    pub PJRT_Event_OnReady: Unused,
+    pub PJRT_Event_OnReady: Fn<PJRT_Event_OnReady_Args>,
     pub PJRT_Client_Create: Fn<PJRT_Client_Create_Args>,
     pub PJRT_Client_Destroy: Fn<PJRT_Client_Destroy_Args>,
     pub PJRT_Client_PlatformName: Fn<PJRT_Client_PlatformName_Args>,
@@ -305,6 +308,8 @@ mod layout {
         assert_eq!(std::mem::size_of::<PJRT_Client_BufferFromHostBuffer_Args>(), 120);
         assert_eq!(std::mem::size_of::<PJRT_LoadedExecutable_Execute_Args>(), 80);
         assert_eq!(std::mem::size_of::<PJRT_ExecuteOptions>(), 112);
+        assert_eq!(std::mem::size_of::<PJRT_Event_OnReady_Args>(), 40);
+        assert_eq!(std::mem::offset_of!(PJRT_Api, PJRT_Event_OnReady), 112);
         assert_eq!(std::mem::offset_of!(PJRT_Api, PJRT_Buffer_ReadyEvent), 616);
     }
 }

@@ -397,6 +397,35 @@ impl<'a> Event<'a> {
     }
 }
 
+impl Event<'_> {
+    /// Calls `f` with the event's outcome once it is ready (at once, on this thread, if it
+    /// already is; else on a plugin thread). The event itself may be dropped right after.
+    pub fn on_ready<F: FnOnce(Result<()>) + Send + 'static>(self, api: &Arc<Api>, f: F) -> Result<()> {
+        struct Pending<F> {
+            api: Arc<Api>,
+            f: F,
+        }
+        unsafe extern "C" fn fire<F: FnOnce(Result<()>)>(error: *mut ffi::PJRT_Error, user_arg: *mut std::ffi::c_void) {
+            // SAFETY: `user_arg` is the Box leaked below, handed to exactly one call.
+            let pending = unsafe { Box::from_raw(user_arg as *mut Pending<F>) };
+            let outcome = pending.api.take_error(error, "PJRT_Event_OnReady");
+            (pending.f)(outcome);
+        }
+        debug_assert!(std::ptr::eq(Arc::as_ptr(api), self.api));
+        let user_arg = Box::into_raw(Box::new(Pending { api: api.clone(), f })) as *mut std::ffi::c_void;
+        let mut args = ffi::PJRT_Event_OnReady_Args::new();
+        args.event = self.raw;
+        args.callback = Some(fire::<F>);
+        args.user_arg = user_arg;
+        let registered = call!(self.api, PJRT_Event_OnReady, &mut args);
+        if registered.is_err() {
+            // Not registered: the callback will never run, so free its state here.
+            drop(unsafe { Box::from_raw(user_arg as *mut Pending<F>) });
+        }
+        registered
+    }
+}
+
 impl Drop for Event<'_> {
     fn drop(&mut self) {
         let mut args = ffi::PJRT_Event_Destroy_Args::new();
@@ -556,14 +585,15 @@ impl Executable {
     }
 
     /// Executes on `device` with `args` and writes the `num_outputs` new buffers into
-    /// `outputs`. With `wait`, blocks until the device finished and returns its error.
+    /// `outputs`. Returns as soon as the plugin accepted the work; with `completion`, also
+    /// the event that fires when the device finished (carrying the execution's error).
     pub fn execute(
         &self,
         args: &[*mut ffi::PJRT_Buffer],
         device: &DeviceInfo,
         outputs: &mut SmallVec<[Buffer; 1]>,
-        wait: bool,
-    ) -> Result<()> {
+        completion: bool,
+    ) -> Result<Option<Event<'_>>> {
         let mut opts = ffi::PJRT_ExecuteOptions::new();
         let mut raw_out: SmallVec<[*mut ffi::PJRT_Buffer; 2]> = smallvec::smallvec![ptr::null_mut(); self.num_outputs];
         let arg_list: *const *mut ffi::PJRT_Buffer = args.as_ptr();
@@ -576,14 +606,28 @@ impl Executable {
         ex.num_devices = 1;
         ex.num_args = args.len();
         ex.output_lists = &out_list;
-        ex.device_complete_events = if wait { &mut done } else { ptr::null_mut() };
+        ex.device_complete_events = if completion { &mut done } else { ptr::null_mut() };
         ex.execute_device = device.raw;
         call!(&self.client.api, PJRT_LoadedExecutable_Execute, &mut ex)?;
         outputs.extend(raw_out.into_iter().map(|raw| Buffer { client: self.client.clone(), raw }));
-        match Event::wrap(&self.client.api, done) {
+        Ok(Event::wrap(&self.client.api, done))
+    }
+
+    /// Executes and blocks until the device finished; returns the execution's error.
+    pub fn execute_and_wait(
+        &self,
+        args: &[*mut ffi::PJRT_Buffer],
+        device: &DeviceInfo,
+        outputs: &mut SmallVec<[Buffer; 1]>,
+    ) -> Result<()> {
+        match self.execute(args, device, outputs, true)? {
             Some(e) => e.wait(),
             None => Ok(()),
         }
+    }
+
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
     }
 }
 

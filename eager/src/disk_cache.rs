@@ -1,0 +1,326 @@
+//! The persistent compile cache: every compiled executable is serialized (PJRT's executable
+//! serialize) into the user's cache dir, keyed by its StableHLO text, the compile options and
+//! the plugin's identity, so that a fresh process loads it (deserialize-and-load) instead of
+//! compiling. An entry is checked on load (format, key, length, checksum); a bad one is
+//! removed with a warning and the op recompiles. Writes are atomic (temp file + rename), so
+//! processes filling one cache at once leave only whole entries. A size bound evicts the
+//! least recently used entries.
+//!
+//! Settings: `EAGER_COMPILE_CACHE=off` turns it off; `EAGER_COMPILE_CACHE_DIR` moves it
+//! (default `<cache dir>/compiled`); `EAGER_COMPILE_CACHE_MAX_MB` bounds it (default 1024).
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+
+use crate::pjrt::{Client, Executable};
+
+/// First bytes of every entry; bumped when the layout changes (older entries then count as
+/// stale and are replaced).
+const MAGIC: &[u8; 8] = b"EAGERXC1";
+/// Extension of entry files (temp files being written have none, so readers skip them).
+const EXT: &str = "xla";
+/// Default size bound.
+pub const DEFAULT_MAX_BYTES: u64 = 1024 << 20;
+
+/// Where the cache lives and how big it may grow, as the environment says; `None` when
+/// `EAGER_COMPILE_CACHE` turns it off.
+pub fn configured_dir() -> Option<PathBuf> {
+    let off = std::env::var("EAGER_COMPILE_CACHE")
+        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false" | "no"))
+        .unwrap_or(false);
+    if off {
+        return None;
+    }
+    Some(
+        std::env::var_os("EAGER_COMPILE_CACHE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::plugin::cache_dir().join("compiled")),
+    )
+}
+
+fn configured_max_bytes() -> u64 {
+    std::env::var("EAGER_COMPILE_CACHE_MAX_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|mb| *mb >= 0.0)
+        .map(|mb| (mb * (1u64 << 20) as f64) as u64)
+        .unwrap_or(DEFAULT_MAX_BYTES)
+}
+
+/// What is on disk now.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DiskStats {
+    pub dir: PathBuf,
+    pub entries: usize,
+    pub bytes: u64,
+    pub max_bytes: u64,
+}
+
+impl std::fmt::Display for DiskStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "disk cache: {} entries, {:.1} MiB of {:.0} MiB, in {}",
+            self.entries,
+            self.bytes as f64 / (1 << 20) as f64,
+            self.max_bytes as f64 / (1 << 20) as f64,
+            self.dir.display()
+        )
+    }
+}
+
+/// The persistent cache of one runtime (one plugin).
+pub(crate) struct DiskCache {
+    dir: PathBuf,
+    /// The plugin's identity: path, size, mtime, API and platform versions.
+    identity: String,
+    max_bytes: u64,
+    /// Bytes on disk as last counted plus bytes written since; a recount runs when it
+    /// passes the bound (other processes write too, so it is an estimate).
+    estimate: AtomicU64,
+    counted: std::sync::Once,
+}
+
+/// Why an entry on disk could not be used.
+#[derive(Debug, thiserror::Error)]
+enum BadEntry {
+    #[error("it was written by another version of eager's cache format")]
+    Format,
+    #[error("it belongs to a different program or plugin")]
+    Key,
+    #[error("it is truncated")]
+    Truncated,
+    #[error("its checksum does not match (corrupt)")]
+    Checksum,
+    #[error("the plugin cannot load it: {0}")]
+    Load(crate::pjrt::PjrtError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl DiskCache {
+    /// The cache for `client`'s plugin at `plugin_path`, or `None` when turned off.
+    pub(crate) fn open(client: &Client, plugin_path: &Path) -> Option<Arc<DiskCache>> {
+        let dir = configured_dir()?;
+        let meta = fs::metadata(plugin_path).ok();
+        let mtime = meta
+            .as_ref()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let identity = format!(
+            "plugin={} size={} mtime={mtime} api={}.{} platform={} {} attrs={:?}",
+            plugin_path.display(),
+            meta.map(|m| m.len()).unwrap_or(0),
+            client.api.version.0,
+            client.api.version.1,
+            client.platform_name,
+            client.platform_version,
+            client.api.attributes().unwrap_or_default(),
+        );
+        Some(Arc::new(DiskCache {
+            dir,
+            identity,
+            max_bytes: configured_max_bytes(),
+            estimate: AtomicU64::new(0),
+            counted: std::sync::Once::new(),
+        }))
+    }
+
+    /// The bytes an entry's key is made of: who compiles (the plugin) and what (program and
+    /// options).
+    fn key(&self, program: &str, options: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.identity.len() + program.len() + options.len() + 2);
+        k.extend_from_slice(self.identity.as_bytes());
+        k.push(0);
+        k.extend_from_slice(program.as_bytes());
+        k.push(0);
+        k.extend_from_slice(options);
+        k
+    }
+
+    fn path_for(&self, key: &[u8]) -> PathBuf {
+        let digest = Sha256::digest(key);
+        let name: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        self.dir.join(format!("{name}.{EXT}"))
+    }
+
+    /// The executable stored for `program`, loaded into `client`; `None` if there is none or
+    /// it is unusable (then it is removed, with a warning on stderr).
+    pub(crate) fn load(&self, client: &Arc<Client>, program: &str, options: &[u8], what: &str) -> Option<Executable> {
+        let key = self.key(program, options);
+        let path = self.path_for(&key);
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(_) => return None,
+        };
+        match read_entry(&mut file, &key).and_then(|bytes| client.deserialize(&bytes).map_err(BadEntry::Load)) {
+            Ok(exe) => {
+                // Mark it recently used, for eviction (best effort).
+                let _ = file_for_touch(&path).and_then(|f| f.set_modified(SystemTime::now()));
+                Some(exe)
+            }
+            Err(why) => {
+                eprintln!(
+                    "eager: warning: ignoring compile cache entry {} for {what}: {why}; recompiling",
+                    path.display()
+                );
+                let _ = fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Writes `exe` (compiled from `program`) atomically; evicts old entries past the bound.
+    /// Failures only warn: the cache is an optimisation.
+    pub(crate) fn store(&self, exe: &Executable, program: &str, options: &[u8], what: &str) {
+        if let Err(e) = self.try_store(exe, program, options) {
+            eprintln!("eager: warning: cannot write the compile cache entry for {what} in {}: {e}", self.dir.display());
+        }
+    }
+
+    fn try_store(&self, exe: &Executable, program: &str, options: &[u8]) -> std::io::Result<()> {
+        let payload = exe.serialize().map_err(std::io::Error::other)?;
+        let key = self.key(program, options);
+        fs::create_dir_all(&self.dir)?;
+        let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(&self.dir)?;
+        {
+            let f = tmp.as_file_mut();
+            f.write_all(MAGIC)?;
+            f.write_all(&(key.len() as u64).to_le_bytes())?;
+            f.write_all(&key)?;
+            f.write_all(&(payload.len() as u64).to_le_bytes())?;
+            f.write_all(&Sha256::digest(&payload))?;
+            f.write_all(&payload)?;
+        }
+        // Rename is atomic: a reader sees the old entry, no entry or the whole new one.
+        tmp.persist(self.path_for(&key)).map_err(|e| e.error)?;
+        let written = (MAGIC.len() + 16 + key.len() + 32 + payload.len()) as u64;
+        self.counted.call_once(|| {
+            self.estimate.store(self.scan().iter().map(|e| e.1).sum(), Ordering::Relaxed);
+        });
+        if self.estimate.fetch_add(written, Ordering::Relaxed) + written > self.max_bytes {
+            self.evict();
+        }
+        Ok(())
+    }
+
+    /// Entries on disk: (path, size, last used).
+    fn scan(&self) -> Vec<(PathBuf, u64, SystemTime)> {
+        let Ok(dir) = fs::read_dir(&self.dir) else { return Vec::new() };
+        dir.filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == EXT))
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((e.path(), m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+            })
+            .collect()
+    }
+
+    /// Removes least recently used entries until the cache is under 90% of its bound.
+    fn evict(&self) {
+        let mut entries = self.scan();
+        entries.sort_by_key(|e| e.2);
+        let mut total: u64 = entries.iter().map(|e| e.1).sum();
+        let target = self.max_bytes / 10 * 9;
+        for (path, size, _) in entries {
+            if total <= target {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                total -= size;
+            }
+        }
+        self.estimate.store(total, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stats(&self) -> DiskStats {
+        let entries = self.scan();
+        DiskStats {
+            dir: self.dir.clone(),
+            entries: entries.len(),
+            bytes: entries.iter().map(|e| e.1).sum(),
+            max_bytes: self.max_bytes,
+        }
+    }
+}
+
+/// The file to set the modification time on (opened for writing, as `set_modified` needs).
+fn file_for_touch(path: &Path) -> std::io::Result<File> {
+    fs::OpenOptions::new().append(true).open(path)
+}
+
+/// Reads and checks one entry; returns the serialized executable.
+fn read_entry(file: &mut File, key: &[u8]) -> Result<Vec<u8>, BadEntry> {
+    let mut data = Vec::new();
+    file.read_to_end(&mut data)?;
+    let mut rest = data.as_slice();
+    let mut take = |n: usize| -> Result<&[u8], BadEntry> {
+        if rest.len() < n {
+            return Err(BadEntry::Truncated);
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    if take(MAGIC.len()).map_err(|_| BadEntry::Format)? != MAGIC {
+        return Err(BadEntry::Format);
+    }
+    let key_len = u64::from_le_bytes(take(8)?.try_into().unwrap()) as usize;
+    if key_len != key.len() || take(key_len)? != key {
+        return Err(BadEntry::Key);
+    }
+    let len = u64::from_le_bytes(take(8)?.try_into().unwrap()) as usize;
+    let sum = take(32)?.to_vec();
+    let payload = take(len)?;
+    if Sha256::digest(payload).as_slice() != sum.as_slice() {
+        return Err(BadEntry::Checksum);
+    }
+    Ok(payload.to_vec())
+}
+
+/// Removes every entry (and stray temp files) from the cache dir; returns how many entries
+/// went. Works whether or not a runtime has started.
+pub fn clear() -> std::io::Result<usize> {
+    let Some(dir) = configured_dir() else { return Ok(0) };
+    let Ok(entries) = fs::read_dir(&dir) else { return Ok(0) };
+    let mut removed = 0;
+    for e in entries.filter_map(|e| e.ok()) {
+        let p = e.path();
+        let name = e.file_name();
+        let is_entry = p.extension().is_some_and(|x| x == EXT);
+        if is_entry || name.to_string_lossy().starts_with(".tmp-") {
+            fs::remove_file(&p)?;
+            removed += is_entry as usize;
+        }
+    }
+    Ok(removed)
+}
+
+/// What is on disk (entries and bytes), whether or not a runtime has started.
+pub fn stats() -> DiskStats {
+    let dir = configured_dir().unwrap_or_default();
+    let cache = DiskCache {
+        dir,
+        identity: String::new(),
+        max_bytes: configured_max_bytes(),
+        estimate: AtomicU64::new(0),
+        counted: std::sync::Once::new(),
+    };
+    if configured_dir().is_none() {
+        return DiskStats { max_bytes: cache.max_bytes, ..Default::default() };
+    }
+    cache.stats()
+}
+
+/// Whether the persistent cache is on (`EAGER_COMPILE_CACHE` not `off`).
+pub fn is_enabled() -> bool {
+    configured_dir().is_some()
+}
