@@ -15,14 +15,15 @@ pub enum MetaCommand {
     Timeline(Option<PathBuf>),
     Trace(PathBuf),
     Cache,
-    CacheClear,
+    /// Empty the in-memory compile cache; with `disk`, the persistent one too.
+    CacheClear { disk: bool },
     Vars,
     Quit,
 }
 
 /// Names offered by tab completion.
 pub const META_NAMES: &[&str] = &[
-    ":help", ":devices", ":device", ":profile", ":profile session", ":timeline", ":trace", ":cache", ":cache clear",
+    ":help", ":devices", ":device", ":profile", ":profile session", ":timeline", ":trace", ":cache", ":cache clear", ":cache clear --disk",
     ":vars", ":quit", ":dep", ":clear", ":timing", ":explain",
 ];
 
@@ -33,7 +34,8 @@ eager commands:
   :profile               per-op table of the last cell (:profile session for all cells)
   :timeline [FILE]       timeline chart of the last cell to a .png or .svg file (default eager-timeline.png)
   :trace FILE            the session's dispatches as a Perfetto / chrome://tracing JSON file
-  :cache                 compile cache statistics; :cache clear empties it
+  :cache                 compile cache statistics (memory and disk)
+  :cache clear [--disk]  empty the in-memory compile cache (--disk: the persistent one too)
   :vars                  variables and their types
   :quit                  exit (Ctrl-D too); Ctrl-C stops a running cell
 evcxr's own commands work as well: :dep, :clear, :timing, :explain, :help evcxr, …";
@@ -58,8 +60,12 @@ impl MetaCommand {
             (":trace", Some(f)) => MetaCommand::Trace(PathBuf::from(f)),
             (":trace", None) => return Some(Err(":trace needs a file name, e.g. :trace trace.json".into())),
             (":cache", None) => MetaCommand::Cache,
-            (":cache", Some("clear")) => MetaCommand::CacheClear,
-            (":cache", Some(other)) => return Some(Err(format!(":cache takes nothing or `clear`, not {other:?}"))),
+            (":cache", Some("clear")) => match &args[1..] {
+                [] => MetaCommand::CacheClear { disk: false },
+                ["--disk"] => MetaCommand::CacheClear { disk: true },
+                other => return Some(Err(format!(":cache clear takes nothing or `--disk`, not {}", other.join(" ")))),
+            },
+            (":cache", Some(other)) => return Some(Err(format!(":cache takes nothing or `clear [--disk]`, not {other:?}"))),
             (":vars", None) => MetaCommand::Vars,
             (":quit", None) | (":exit", None) => MetaCommand::Quit,
             _ => return None,
@@ -77,7 +83,9 @@ mod tests {
         assert_eq!(MetaCommand::parse(" :profile session "), Some(Ok(Profile { session: true })));
         assert_eq!(MetaCommand::parse(":timeline out.svg"), Some(Ok(Timeline(Some("out.svg".into())))));
         assert_eq!(MetaCommand::parse(":device tpu"), Some(Ok(Device("tpu".into()))));
-        assert_eq!(MetaCommand::parse(":cache clear"), Some(Ok(CacheClear)));
+        assert_eq!(MetaCommand::parse(":cache clear"), Some(Ok(CacheClear { disk: false })));
+        assert_eq!(MetaCommand::parse(":cache clear --disk"), Some(Ok(CacheClear { disk: true })));
+        assert!(matches!(MetaCommand::parse(":cache clear --all"), Some(Err(_))));
         assert!(matches!(MetaCommand::parse(":trace"), Some(Err(_))));
         assert_eq!(MetaCommand::parse(":dep foo = \"1\""), None);
         assert_eq!(MetaCommand::parse(":help evcxr"), None);

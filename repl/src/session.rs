@@ -288,23 +288,30 @@ impl Session {
             }
             MetaCommand::Cache => {
                 let (stats, entries) = self.control()?.cache()?;
-                let mut text = format!("{stats}\n");
-                let mut by_misses = entries;
-                by_misses.sort_by(|a, b| b.stats.compile_ns.cmp(&a.stats.compile_ns));
-                for e in by_misses.iter().take(15) {
+                // The disk cache is files under the same settings as the child's: read here.
+                let mut text = format!("{stats}\n{}\n", eager::cache::disk_stats());
+                let mut by_cost = entries;
+                by_cost.sort_by(|a, b| b.stats.compile_ns.cmp(&a.stats.compile_ns));
+                for e in by_cost.iter().take(15) {
                     text.push_str(&format!(
-                        "  {:<48} hits {:>7}  compiles {:>3}  compile {:>8.1} ms\n",
+                        "  {:<48} hits {:>7}  compiles {:>3}  disk loads {:>3}  compile/load {:>8.1} ms\n",
                         e.info.signature(),
                         e.stats.hits,
                         e.stats.misses,
+                        e.stats.disk_hits,
                         e.stats.compile_ns as f64 / 1e6
                     ));
                 }
                 vec![Output::text(text.trim_end().to_string())]
             }
-            MetaCommand::CacheClear => {
+            MetaCommand::CacheClear { disk } => {
                 self.control()?.cache_clear()?;
-                vec![Output::text("compile cache cleared")]
+                if disk {
+                    let removed = eager::cache::clear_disk().context("clearing the persistent compile cache")?;
+                    vec![Output::text(format!("compile cache cleared, in memory and on disk ({removed} entries removed)"))]
+                } else {
+                    vec![Output::text("in-memory compile cache cleared (the disk cache stays; :cache clear --disk empties it)")]
+                }
             }
             MetaCommand::Vars => {
                 let mut vars: Vec<String> = self.ctx.variables_and_types().map(|(n, t)| format!("{n}: {t}")).collect();

@@ -36,8 +36,12 @@ fn cell(p: &mut Session, code: &str, needle: &str) -> String {
 fn a_session_in_a_terminal() {
     let _one = ONE_SESSION_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
+    // A persistent compile cache of its own: the first cell's ops are compiled, not loaded.
+    let compiled = dir.path().join("compiled");
+    let mut cmd = repl();
+    cmd.env("EAGER_COMPILE_CACHE_DIR", &compiled).env_remove("EAGER_COMPILE_CACHE");
     let t = Instant::now();
-    let mut p = Session::spawn(repl()).expect("spawn eager-repl in a pty");
+    let mut p = Session::spawn(cmd).expect("spawn eager-repl in a pty");
     p.set_expect_timeout(Some(FIRST_START));
     p.expect(PROMPT).expect("the first prompt");
     let started = t.elapsed();
@@ -86,6 +90,13 @@ fn a_session_in_a_terminal() {
     let decoder = png::Decoder::new(std::fs::File::open(&png).expect("the PNG exists"));
     let info = decoder.read_info().expect("a valid PNG").info().clone();
     assert!(info.width > 100 && info.height > 100, "{}x{}", info.width, info.height);
+
+    // The compiled ops went to the persistent cache too; :cache clear --disk empties it.
+    let on_disk: usize = cell(&mut p, ":cache", r"disk cache: (\d+) entries").parse().unwrap();
+    assert!(on_disk >= 2, "{on_disk} entries on disk");
+    let removed: usize = cell(&mut p, ":cache clear --disk", r"on disk \((\d+) entries removed\)").parse().unwrap();
+    assert_eq!(removed, on_disk);
+    assert_eq!(std::fs::read_dir(&compiled).unwrap().count(), 0, "nothing left in {}", compiled.display());
 
     // A compile error shows its span; the session goes on.
     cell(&mut p, "let n: i32 = \"one\";", "mismatched types");

@@ -1,6 +1,10 @@
 //! `cargo run --release -p viz --example profile_tour [OUT_DIR]`: profiles a small workload
-//! (a two-layer MLP stepped a few times, then a loop whose batch size changes every step)
-//! and writes the three charts as PNG and SVG, a Perfetto trace, and prints the table.
+//! (a two-layer MLP stepped a few times, then a loop whose batch size changes every step,
+//! then one more step after the in-memory compile cache is dropped) and writes the three
+//! charts as PNG and SVG, a Perfetto trace, and prints the table.
+//!
+//! Executables compiled by an earlier run come from the persistent compile cache (disk
+//! loads, not compiles); `EAGER_COMPILE_CACHE_DIR=$(mktemp -d)` starts from an empty one.
 
 use std::path::PathBuf;
 
@@ -39,6 +43,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             let x = Tensor::randn(&[batch, 64], DType::F32)?;
             loss = forward(&x, &w1, &b1, &w2)?.mean_all()?.item::<f32>()?;
         }
+        // As in a new process: memory is empty, so the steady step's ops are loaded from the
+        // persistent compile cache (or compiled again if EAGER_COMPILE_CACHE=off).
+        eager::cache::clear();
+        let x = Tensor::randn(&[32, 64], DType::F32)?;
+        forward(&x, &w1, &b1, &w2)?.mean_all()?.item::<f32>()?;
         Ok((loss, steady))
     });
     let (loss, steady) = result?;

@@ -1,5 +1,7 @@
 //! The recompile hint: an op compiled for many distinct shapes is the eager-mode pitfall
-//! (every new shape is a new XLA compile), so name the op, the shapes and what varies.
+//! (every new shape is a new XLA compile), so name the op, the shapes and what varies. An
+//! executable loaded from the persistent compile cache counts too: the compile was only
+//! paid in an earlier process, and the next new shape compiles again.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -9,20 +11,26 @@ use eager::profiler::{Event, EventKind};
 use crate::profile::Profile;
 use crate::units::duration;
 
-/// Distinct shapes one op may be compiled for within a profile before a [`Hint`] is given.
+/// Distinct shapes one op may be compiled (or loaded from disk) for within a profile before
+/// a [`Hint`] is given.
 /// Like torch.compile's recompile limit: a model with a few layer sizes stays under it, a
 /// sequence length or batch size that changes every step goes over it.
 pub const RECOMPILE_THRESHOLD: usize = 8;
 
-/// One op that compiled for [`RECOMPILE_THRESHOLD`] or more distinct shapes.
+/// One op that got new executables (compiled or loaded from disk) for
+/// [`RECOMPILE_THRESHOLD`] or more distinct shapes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hint {
     pub op: &'static str,
-    /// The distinct shapes compiled (`[2, 16] x [16]`), in order of first compile.
+    /// The distinct shapes (`[2, 16] x [16]`), in order of first compile or load.
     pub shapes: Vec<String>,
     /// Where they differ: `dim 0 of input 0`.
     pub varying: Vec<String>,
-    /// Time spent compiling this op for all those shapes.
+    /// Executables compiled (cache misses).
+    pub compiles: u64,
+    /// Executables loaded from the persistent compile cache (disk hits).
+    pub disk_loads: u64,
+    /// Time spent compiling and loading this op for all those shapes.
     pub compile_ns: u64,
 }
 
@@ -65,11 +73,14 @@ fn varying(sigs: &[Signature]) -> Vec<String> {
         .collect()
 }
 
-/// The compiles of one op: distinct signatures in order of first compile, and their cost.
+/// The compiles and disk loads of one op: distinct signatures in order of first one, how
+/// many of each, and their cost.
 struct Compiles {
     op: &'static str,
     sigs: Vec<Signature>,
     seen: HashSet<Signature>,
+    compiles: u64,
+    disk_loads: u64,
     compile_ns: u64,
 }
 
@@ -84,22 +95,42 @@ impl Compiles {
             .zip(inputs)
             .map(|(s, i)| if with_output { format!("{i} → {:?}", s[s.len() - 1]).trim_start().into() } else { i })
             .collect();
-        Hint { op: self.op, shapes, varying: varying(&self.sigs), compile_ns: self.compile_ns }
+        Hint {
+            op: self.op,
+            shapes,
+            varying: varying(&self.sigs),
+            compiles: self.compiles,
+            disk_loads: self.disk_loads,
+            compile_ns: self.compile_ns,
+        }
     }
 }
 
 pub(crate) fn hints(events: &[Event], threshold: usize) -> Vec<Hint> {
     let mut ops: Vec<Compiles> = Vec::new();
-    for e in events.iter().filter(|e| e.kind == EventKind::Op && e.is_miss()) {
+    for e in events.iter().filter(|e| e.kind == EventKind::Op && (e.is_miss() || e.is_disk_hit())) {
         let i = ops.iter().position(|o| o.op == e.name()).unwrap_or_else(|| {
-            ops.push(Compiles { op: e.name(), sigs: Vec::new(), seen: HashSet::new(), compile_ns: 0 });
+            ops.push(Compiles {
+                op: e.name(),
+                sigs: Vec::new(),
+                seen: HashSet::new(),
+                compiles: 0,
+                disk_loads: 0,
+                compile_ns: 0,
+            });
             ops.len() - 1
         });
+        let o = &mut ops[i];
         let sig = signature(e);
-        if ops[i].seen.insert(sig.clone()) {
-            ops[i].sigs.push(sig);
+        if o.seen.insert(sig.clone()) {
+            o.sigs.push(sig);
         }
-        ops[i].compile_ns += e.compile_ns;
+        if e.is_disk_hit() {
+            o.disk_loads += 1;
+        } else {
+            o.compiles += 1;
+        }
+        o.compile_ns += e.compile_ns;
     }
     let mut hints: Vec<Hint> = ops.into_iter().filter(|o| o.sigs.len() >= threshold).map(Compiles::hint).collect();
     hints.sort_by(|a, b| b.compile_ns.cmp(&a.compile_ns));
@@ -107,7 +138,8 @@ pub(crate) fn hints(events: &[Event], threshold: usize) -> Vec<Hint> {
 }
 
 impl fmt::Display for Hint {
-    /// One line: the op, how many shapes, a few of them, what varies, the cost, the fix.
+    /// One line: the op, how many shapes, a few of them, what varies, how many were loaded
+    /// from disk if any, the cost, the fix.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const SHOWN: usize = 3;
         let n = self.shapes.len();
@@ -118,22 +150,27 @@ impl fmt::Display for Hint {
         if n > SHOWN {
             listed.push(&self.shapes[n - 1]);
         }
-        write!(f, "hint: `{}` was compiled for {n} distinct shapes ({}", self.op, listed.join(", "))?;
+        let loaded = self.disk_loads > 0;
+        let got = if loaded { "needed new executables for" } else { "was compiled for" };
+        write!(f, "hint: `{}` {got} {n} distinct shapes ({}", self.op, listed.join(", "))?;
         if !self.varying.is_empty() {
             let verb = if self.varying.len() == 1 { "varies" } else { "vary" };
             write!(f, "; {} {verb}", self.varying.join(", "))?;
         }
-        write!(
-            f,
-            "), {} of compiling: pad or bucket the varying sizes so shapes repeat and the compile cache hits",
-            duration(self.compile_ns)
-        )
+        f.write_str("), ")?;
+        let cost = duration(self.compile_ns);
+        match (self.compiles, self.disk_loads) {
+            (_, 0) => write!(f, "{cost} of compiling")?,
+            (0, d) => write!(f, "{d} loaded from disk, none compiled, {cost} of loading")?,
+            (c, d) => write!(f, "{c} compiled and {d} loaded from disk, {cost} of compiling and loading")?,
+        }
+        f.write_str(": pad or bucket the varying sizes so shapes repeat and the compile cache hits")
     }
 }
 
 impl Profile {
-    /// Ops compiled for [`RECOMPILE_THRESHOLD`] or more distinct shapes, costliest first;
-    /// empty when shapes are steady.
+    /// Ops compiled (or loaded from disk) for [`RECOMPILE_THRESHOLD`] or more distinct
+    /// shapes, costliest first; empty when shapes are steady.
     pub fn hints(&self) -> Vec<Hint> {
         hints(self.events(), RECOMPILE_THRESHOLD)
     }

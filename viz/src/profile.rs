@@ -68,23 +68,35 @@ impl Profile {
     pub fn lost(&self) -> u64 {
         self.lost
     }
+    /// Op dispatches whose executable was in memory (executed only).
     pub fn hits(&self) -> u64 {
         self.events.iter().filter(|e| e.is_hit()).count() as u64
     }
+    /// Op dispatches that compiled their executable.
     pub fn misses(&self) -> u64 {
         self.events.iter().filter(|e| e.is_miss()).count() as u64
     }
-    /// Hits over op dispatches (0 when there were none).
+    /// Op dispatches that loaded their executable from the persistent compile cache.
+    pub fn disk_hits(&self) -> u64 {
+        self.events.iter().filter(|e| e.is_disk_hit()).count() as u64
+    }
+    /// Memory hits over all op dispatches (0 when there were none): a disk hit is cheaper
+    /// than a compile but still not a hit.
     pub fn hit_rate(&self) -> f64 {
-        let n = self.hits() + self.misses();
+        let n = self.hits() + self.misses() + self.disk_hits();
         if n == 0 {
             0.0
         } else {
             self.hits() as f64 / n as f64
         }
     }
+    /// Time compiling (misses only; loads from disk are [`Profile::load_ns`]).
     pub fn compile_ns(&self) -> u64 {
-        self.events.iter().map(|e| e.compile_ns).sum()
+        self.events.iter().filter(|e| e.is_miss()).map(|e| e.compile_ns).sum()
+    }
+    /// Time loading executables from the persistent compile cache (disk hits).
+    pub fn load_ns(&self) -> u64 {
+        self.events.iter().filter(|e| e.is_disk_hit()).map(|e| e.compile_ns).sum()
     }
     /// Time executing ops (transfers not included).
     pub fn execute_ns(&self) -> u64 {

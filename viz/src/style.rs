@@ -3,7 +3,10 @@
 //!
 //! Colours carry meaning across charts: a cache miss *is* a compile, so misses are drawn in
 //! the compile colour and hits in the execute colour. The pair is orange/blue, which stays
-//! distinct for the common forms of colour blindness.
+//! distinct for the common forms of colour blindness. Likewise a disk hit *is* a load from
+//! the persistent cache, drawn in the load colour: a brown, kin to the compile orange (the
+//! executable was not in memory) but darker, so it stays apart from orange, blue and purple
+//! under protanopia and deuteranopia too.
 
 use std::sync::Once;
 
@@ -19,8 +22,11 @@ pub use plotters::style::RGBColor;
 pub const COMPILE: RGBColor = RGBColor(0xE6, 0x7E, 0x22);
 pub const EXECUTE: RGBColor = RGBColor(0x1F, 0x77, 0xB4);
 pub const TRANSFER: RGBColor = RGBColor(0x8E, 0x5E, 0xB8);
+/// Loading an executable from the persistent compile cache instead of compiling it.
+pub const LOAD: RGBColor = RGBColor(0x8C, 0x56, 0x4B);
 pub const HIT: RGBColor = EXECUTE;
 pub const MISS: RGBColor = COMPILE;
+pub const DISK_HIT: RGBColor = LOAD;
 /// Text and axes.
 pub const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
 /// Secondary text (subtitles, notes).
@@ -125,17 +131,27 @@ impl Look {
         let sub_w = root.estimate_text_size(subtitle, &self.subtitle())?.0 as f64;
         let sub = self.font(15).resize(self.px(15) as f64 * (room / sub_w).min(1.0)).color(&MUTED);
         root.draw(&Text::new(subtitle.to_string(), (w as i32 / 2, self.px(42) as i32), center(sub)))?;
-        // Legend entries side by side, centred: swatch, gap, label, spacing.
-        let (sw, gap, space) = (self.px(14) as i32, self.px(6) as i32, self.px(26) as i32);
+        // Legend entries side by side, centred: swatch, gap, label, spacing. Like the
+        // subtitle, the whole legend shrinks to fit a narrow chart.
+        let (sw, gap, space) = (self.px(14) as f64, self.px(6) as f64, self.px(26) as f64);
+        let mut text_w = 0.0;
+        for (label, _) in legend {
+            text_w += root.estimate_text_size(label, &self.legend())?.0 as f64;
+        }
+        let n = legend.len() as f64;
+        let full = text_w + n * (sw + gap) + space * (n - 1.0).max(0.0);
+        let k = if full > room { room / full } else { 1.0 };
+        let text = self.font(15).resize(self.px(15) as f64 * k).color(&INK);
+        let (sw, gap, space) = ((sw * k).round() as i32, (gap * k).round() as i32, (space * k).round() as i32);
         let mut widths = Vec::with_capacity(legend.len());
         for (label, _) in legend {
-            widths.push(root.estimate_text_size(label, &self.legend())?.0 as i32);
+            widths.push(root.estimate_text_size(label, &text)?.0 as i32);
         }
         let total: i32 = widths.iter().map(|t| sw + gap + t).sum::<i32>() + space * (legend.len() as i32 - 1).max(0);
         let (mut x, y) = (w as i32 / 2 - total / 2, self.px(76) as i32);
         for ((label, color), tw) in legend.iter().zip(widths) {
             root.draw(&Rectangle::new([(x, y - sw / 2), (x + sw, y + sw / 2)], color.filled()))?;
-            let style = self.legend().pos(Pos::new(HPos::Left, VPos::Center));
+            let style = text.clone().pos(Pos::new(HPos::Left, VPos::Center));
             root.draw(&Text::new(label.to_string(), (x + sw + gap, y), style))?;
             x += sw + gap + tw + space;
         }

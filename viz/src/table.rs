@@ -1,5 +1,5 @@
 //! The per-op table: one row per op and input specs, sorted by time, with totals and the
-//! cache hit rate, as aligned text or as HTML.
+//! cache outcomes (memory hits, compiles, loads from disk), as aligned text or as HTML.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
@@ -22,6 +22,9 @@ pub struct Row {
     pub calls: u64,
     /// Compiles (0 for transfers).
     pub misses: u64,
+    /// Loads from the persistent compile cache (0 for transfers).
+    pub disk_hits: u64,
+    /// Getting the executable: compiling and loading from disk.
     pub compile_ns: u64,
     /// Executing, or transferring.
     pub execute_ns: u64,
@@ -43,11 +46,12 @@ impl Row {
         self.kind != EventKind::Op
     }
     fn empty(op: String, kind: EventKind, shapes: String) -> Row {
-        Row { op, kind, shapes, calls: 0, misses: 0, compile_ns: 0, execute_ns: 0, bytes: 0 }
+        Row { op, kind, shapes, calls: 0, misses: 0, disk_hits: 0, compile_ns: 0, execute_ns: 0, bytes: 0 }
     }
     fn add(&mut self, e: &Event) {
         self.calls += 1;
         self.misses += e.is_miss() as u64;
+        self.disk_hits += e.is_disk_hit() as u64;
         self.compile_ns += e.compile_ns;
         self.execute_ns += e.execute_ns;
         self.bytes += e.bytes;
@@ -64,8 +68,12 @@ pub struct Table {
     pub rest: Option<Row>,
     /// Sums over all rows, left out or not (`op` is `total`).
     pub totals: Row,
+    /// Op dispatches executed from memory.
     pub hits: u64,
+    /// Op dispatches that compiled.
     pub misses: u64,
+    /// Op dispatches that loaded their executable from the persistent compile cache.
+    pub disk_hits: u64,
     pub wall_ns: u64,
     /// Events the bounded log dropped before they were read.
     pub lost: u64,
@@ -91,12 +99,13 @@ pub(crate) fn transfer_label(kind: EventKind) -> &'static str {
     }
 }
 
-/// One row summing `rows` (its kind is `Op` so that its misses show).
+/// One row summing `rows` (its kind is `Op` so that its misses and disk loads show).
 fn sum(op: String, rows: &[Row]) -> Row {
     let mut s = Row::empty(op, EventKind::Op, String::new());
     for r in rows {
         s.calls += r.calls;
         s.misses += r.misses;
+        s.disk_hits += r.disk_hits;
         s.compile_ns += r.compile_ns;
         s.execute_ns += r.execute_ns;
         s.bytes += r.bytes;
@@ -128,6 +137,7 @@ impl Table {
             totals,
             hits: profile.hits(),
             misses: profile.misses(),
+            disk_hits: profile.disk_hits(),
             wall_ns: profile.wall_ns(),
             lost: profile.lost(),
             hints: profile.hints().iter().map(|h| h.to_string()).collect(),
@@ -148,8 +158,9 @@ impl Table {
         self.rows.iter().chain(&self.rest).map(|r| (r, false)).chain(std::iter::once((&self.totals, true)))
     }
 
+    /// Memory hits over all op dispatches (disk loads are not hits).
     pub fn hit_rate(&self) -> f64 {
-        let n = self.hits + self.misses;
+        let n = self.hits + self.misses + self.disk_hits;
         if n == 0 {
             0.0
         } else {
@@ -167,13 +178,14 @@ impl Table {
     }
 
     /// The cells of a row, formatted, in column order.
-    fn cells(&self, r: &Row) -> [String; 8] {
+    fn cells(&self, r: &Row) -> [String; COLUMNS] {
         let transfer = r.is_transfer();
         [
             r.op.clone(),
             r.shapes.clone(),
             r.calls.to_string(),
             if transfer { "-".into() } else { r.misses.to_string() },
+            if transfer { "-".into() } else { r.disk_hits.to_string() },
             if transfer { "-".into() } else { format!("{:.2}", r.compile_ns as f64 / 1e6) },
             format!("{:.1}", r.execute_ns as f64 / 1e3),
             format!("{:.1}", r.mean_execute_ns() / 1e3),
@@ -184,9 +196,10 @@ impl Table {
     /// Lines under the table: cache summary, lost events, hints.
     fn footer(&self) -> Vec<String> {
         let mut lines = vec![format!(
-            "cache: {} hits, {} misses, hit rate {:.1}% · wall {} · in dispatch {:.1}%",
+            "cache: {} hits, {} misses (compiled), {} loaded from disk, hit rate {:.1}% · wall {} · in dispatch {:.1}%",
             self.hits,
             self.misses,
+            self.disk_hits,
             100.0 * self.hit_rate(),
             duration(self.wall_ns),
             self.share(&self.totals)
@@ -209,15 +222,16 @@ impl Table {
     pub fn to_text(&self) -> String {
         const MAX_OP: usize = 32;
         const MAX_SHAPES: usize = 40;
-        let mut grid: Vec<[String; 8]> = vec![HEADERS.map(String::from)];
+        let mut grid: Vec<[String; COLUMNS]> = vec![HEADERS.map(String::from)];
         for (r, _) in self.shown() {
             let mut c = self.cells(r);
             c[0] = truncate(&c[0], MAX_OP);
             c[1] = truncate(&c[1], MAX_SHAPES);
             grid.push(c);
         }
-        let width: Vec<usize> = (0..8).map(|i| grid.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-        let rule: String = "─".repeat(width.iter().sum::<usize>() + 2 * 7);
+        let width: Vec<usize> =
+            (0..COLUMNS).map(|i| grid.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+        let rule: String = "─".repeat(width.iter().sum::<usize>() + 2 * (COLUMNS - 1));
         let mut out = String::new();
         for (n, row) in grid.iter().enumerate() {
             if n == 1 || n == grid.len() - 1 {
@@ -283,7 +297,12 @@ pub const TABLE_ROWS: usize = 30;
 /// Hints written under the table; [`Profile::hints`] has them all.
 const HINTS_SHOWN: usize = 3;
 
-const HEADERS: [&str; 8] = ["op", "input shapes", "calls", "misses", "compile ms", "execute µs", "mean µs", "wall %"];
+const COLUMNS: usize = 9;
+
+/// "disk" counts loads from the persistent compile cache; "compile/load ms" is the time
+/// getting executables either way.
+const HEADERS: [&str; COLUMNS] =
+    ["op", "input shapes", "calls", "misses", "disk", "compile/load ms", "execute µs", "mean µs", "wall %"];
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")

@@ -1,9 +1,10 @@
 //! Chrome trace-event JSON (the format Perfetto and `chrome://tracing` open): one complete
-//! event (`ph: "X"`) per compile, execute and transfer, on one track per device lane.
+//! event (`ph: "X"`) per compile, load from disk, execute and transfer, on one track per
+//! device lane.
 
 use std::path::Path;
 
-use eager::profiler::{Event, EventKind};
+use eager::profiler::{CacheOutcome, Event, EventKind};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -71,8 +72,10 @@ fn args(e: &Event, cache: Option<&str>) -> Value {
 
 impl Profile {
     /// The trace as Chrome trace-event JSON. Times are µs since the profile's start; a miss
-    /// gives a `compile` slice then an `execute` slice, a hit an `execute` slice, a transfer
-    /// a `transfer` slice. Slices are ordered by `ts`.
+    /// gives a `compile` slice then an `execute` slice, a disk hit a `load` slice (the
+    /// executable read from the persistent compile cache) then an `execute` slice, a hit an
+    /// `execute` slice, a transfer a `transfer` slice. Every op slice has a `cache` arg:
+    /// `hit`, `miss` or `disk`. Slices are ordered by `ts`.
     pub fn trace_json(&self) -> String {
         let (lanes, lane_of) = self.lanes();
         let mut events = vec![meta("process_name", 0, json!({ "name": "eager" }))];
@@ -88,12 +91,17 @@ impl Profile {
             let name = if e.kind == EventKind::Op { e.name() } else { transfer_label(e.kind) };
             match e.kind {
                 EventKind::Op => {
-                    let cache = if e.is_miss() { "miss" } else { "hit" };
-                    if e.is_miss() {
+                    // The outcome, and the slice (also its category) that fetched the executable.
+                    let (cache, fetch) = match e.cache {
+                        Some(CacheOutcome::Miss) => ("miss", Some("compile")),
+                        Some(CacheOutcome::DiskHit) => ("disk", Some("load")),
+                        Some(CacheOutcome::Hit) | None => ("hit", None),
+                    };
+                    if let Some(fetch) = fetch {
                         // 1 ns short: float µs round-off must never make it overlap the execute
                         // slice that follows, or viewers misnest the two.
                         let dur = e.compile_ns.saturating_sub(1);
-                        slices.push(slice(format!("compile {name}"), "compile", t, dur, tid, args(e, Some(cache))));
+                        slices.push(slice(format!("{fetch} {name}"), fetch, t, dur, tid, args(e, Some(cache))));
                     }
                     slices.push(slice(
                         name.into(),
@@ -108,7 +116,8 @@ impl Profile {
             }
         }
         // Events are sorted by start; an execute can still start after the next event does
-        // when lanes overlap, so sort the slices themselves (stable: compile before execute).
+        // when lanes overlap, so sort the slices themselves (stable: compile or load before
+        // execute).
         slices.sort_by(|a, b| a.ts.partial_cmp(&b.ts).unwrap_or(std::cmp::Ordering::Equal));
         events.extend(slices);
         let trace = Trace { trace_events: events, display_time_unit: "ms" };

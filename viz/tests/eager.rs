@@ -1,13 +1,15 @@
 //! Views of real dispatches on the CPU PJRT plugin. The profiler log and the compile cache
 //! are process-wide, so every test here holds `LOCK` while it dispatches and compares
 //! against cache-stat deltas taken under it; each test uses shapes no other test uses, so
-//! its expected misses do not depend on test order.
+//! its expected misses do not depend on test order. The persistent compile cache outlives
+//! the process: an executable a test compiled on an earlier run is loaded from disk now, so
+//! tests expect "compiled or loaded" and check each view against the deltas.
 
 use std::sync::Mutex;
 
 use eager::prelude::*;
 use eager::profiler::EventKind;
-use viz::style::{RGBColor, COMPILE, EXECUTE, TRANSFER};
+use viz::style::{RGBColor, COMPILE, EXECUTE, LOAD, TRANSFER};
 use viz::{Profile, RECOMPILE_THRESHOLD};
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -16,13 +18,25 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Profiles `f` and returns the profile with the cache's hit and miss deltas over it.
-fn measured(f: impl FnOnce() -> Result<()>) -> (Profile, u64, u64) {
+/// What the compile cache counted over a workload.
+struct Delta {
+    hits: u64,
+    misses: u64,
+    disk_hits: u64,
+}
+
+/// Profiles `f` and returns the profile with the cache's counter deltas over it.
+fn measured(f: impl FnOnce() -> Result<()>) -> (Profile, Delta) {
     let before = cache::stats();
     let (r, p) = viz::profile(f);
     r.expect("the workload runs");
     let after = cache::stats();
-    (p, after.hits - before.hits, after.misses - before.misses)
+    let delta = Delta {
+        hits: after.hits - before.hits,
+        misses: after.misses - before.misses,
+        disk_hits: after.disk_hits - before.disk_hits,
+    };
+    (p, delta)
 }
 
 fn rects(svg: &str, c: RGBColor) -> usize {
@@ -34,7 +48,7 @@ fn rects(svg: &str, c: RGBColor) -> usize {
 #[test]
 fn table_counts_equal_the_cache_stats() {
     let _g = lock();
-    let (p, hits, misses) = measured(|| {
+    let (p, d) = measured(|| {
         let a = Tensor::from_slice(&[1.0f32; 21], &[3, 7])?;
         let b = Tensor::from_slice(&[2.0f32; 7], &[7])?;
         let mut c = a.clone();
@@ -45,21 +59,21 @@ fn table_counts_equal_the_cache_stats() {
         assert_eq!(m.shape(), [3, 3]);
         Ok(())
     });
-    assert_eq!((p.hits(), p.misses()), (hits, misses));
-    // add: compiled once, hit four times; transpose and matmul once each.
-    assert_eq!(misses, 3, "{}", p.table_text());
-    assert_eq!(hits, 4);
+    assert_eq!((p.hits(), p.misses(), p.disk_hits()), (d.hits, d.misses, d.disk_hits));
+    // add: compiled (or loaded) once, hit four times; transpose and matmul once each.
+    assert_eq!(d.misses + d.disk_hits, 3, "{}", p.table_text());
+    assert_eq!(d.hits, 4);
     let t = p.table();
-    assert_eq!((t.hits, t.misses), (hits, misses));
-    assert_eq!(t.totals.misses, misses);
+    assert_eq!((t.hits, t.misses, t.disk_hits), (d.hits, d.misses, d.disk_hits));
+    assert_eq!((t.totals.misses, t.totals.disk_hits), (d.misses, d.disk_hits));
     let op_calls: u64 = t.rows.iter().filter(|r| !r.is_transfer()).map(|r| r.calls).sum();
-    assert_eq!(op_calls, hits + misses);
+    assert_eq!(op_calls, d.hits + d.misses + d.disk_hits);
     let add = t.rows.iter().find(|r| r.op == "add").expect("an add row");
-    assert_eq!((add.calls, add.misses, add.shapes.as_str()), (5, 1, "f32[3, 7] x f32[7]"));
+    assert_eq!((add.calls, add.misses + add.disk_hits, add.shapes.as_str()), (5, 1, "f32[3, 7] x f32[7]"));
     assert!(add.compile_ns > 0 && add.execute_ns > 0);
     let uploads = t.rows.iter().filter(|r| r.kind == EventKind::HostToDevice).map(|r| r.calls).sum::<u64>();
     assert_eq!(uploads, 2);
-    let rate = format!("hit rate {:.1}%", 100.0 * hits as f64 / (hits + misses) as f64);
+    let rate = format!("hit rate {:.1}%", 100.0 * d.hits as f64 / op_calls as f64);
     assert!(p.table_text().contains(&rate) && p.table_html().contains(&rate));
     assert!(p.hints().is_empty(), "{:?}", p.hints());
 }
@@ -67,7 +81,7 @@ fn table_counts_equal_the_cache_stats() {
 #[test]
 fn charts_and_trace_of_a_real_run() {
     let _g = lock();
-    let (p, hits, misses) = measured(|| {
+    let (p, d) = measured(|| {
         let x = Tensor::ones(&[5, 11], DType::F32)?;
         for _ in 0..4 {
             let _ = x.exp()?.sum_all()?.item::<f32>()?;
@@ -75,12 +89,13 @@ fn charts_and_trace_of_a_real_run() {
         Ok(())
     });
     let ops = p.ops().count();
-    assert_eq!(ops as u64, hits + misses);
+    assert_eq!(ops as u64, d.hits + d.misses + d.disk_hits);
     let transfers = p.events().len() - ops;
     assert!(transfers >= 4, "four downloads at least");
 
     let svg = p.timeline().svg().unwrap();
-    assert_eq!(rects(&svg, COMPILE) - 1, misses as usize);
+    assert_eq!(rects(&svg, COMPILE) - 1, d.misses as usize);
+    assert_eq!(rects(&svg, LOAD) - 1, d.disk_hits as usize);
     assert_eq!(rects(&svg, EXECUTE) - 1, ops);
     assert_eq!(rects(&svg, TRANSFER) - 1, transfers);
 
@@ -93,7 +108,8 @@ fn charts_and_trace_of_a_real_run() {
     let v: serde_json::Value = serde_json::from_str(&p.trace_json()).unwrap();
     let slices: Vec<_> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").cloned().collect();
     let count = |c: &str| slices.iter().filter(|e| e["cat"] == c).count();
-    assert_eq!(count("compile") as u64, misses);
+    assert_eq!(count("compile") as u64, d.misses);
+    assert_eq!(count("load") as u64, d.disk_hits);
     assert_eq!(count("execute"), ops);
     assert_eq!(count("transfer"), transfers);
     let ts: Vec<f64> = slices.iter().map(|e| e["ts"].as_f64().unwrap()).collect();
@@ -104,7 +120,7 @@ fn charts_and_trace_of_a_real_run() {
 #[test]
 fn shape_churn_gives_a_hint_and_steady_shapes_do_not() {
     let _g = lock();
-    let (churn, _, _) = measured(|| {
+    let (churn, _) = measured(|| {
         for n in 1..=RECOMPILE_THRESHOLD + 2 {
             let x = Tensor::ones(&[n, 13], DType::F32)?;
             let _ = x.tanh()?;
@@ -120,7 +136,7 @@ fn shape_churn_gives_a_hint_and_steady_shapes_do_not() {
     assert!(line.contains("`tanh`") && line.contains("[1, 13]"), "{line}");
     assert!(churn.table_text().contains("`tanh`"));
 
-    let (steady, _, _) = measured(|| {
+    let (steady, _) = measured(|| {
         let x = Tensor::ones(&[17, 13], DType::F32)?;
         for _ in 0..3 * RECOMPILE_THRESHOLD {
             let _ = x.tanh()?;
@@ -154,7 +170,7 @@ fn recorder_captures_between_start_and_stop() -> Result<()> {
 #[test]
 fn files_are_written() {
     let _g = lock();
-    let (p, _, _) = measured(|| {
+    let (p, _) = measured(|| {
         let x = Tensor::ones(&[23], DType::F32)?;
         let _ = x.neg()?.abs()?;
         Ok(())
@@ -176,4 +192,46 @@ fn files_are_written() {
     assert!(json["traceEvents"].is_array());
     let err = p.write_trace(dir.path().join("missing/trace.json")).unwrap_err();
     assert!(matches!(err, viz::Error::Io { .. }) && err.to_string().contains("missing"), "{err}");
+}
+
+#[test]
+fn an_op_dropped_from_memory_comes_back_from_disk() -> Result<()> {
+    let _g = lock();
+    let x = Tensor::ones(&[29], DType::F32)?;
+    // Compiled (or loaded, if an earlier run stored it); either way now on disk too.
+    let _ = x.sqrt()?;
+    // Memory only: the persistent cache keeps the executable (this zeroes the counters).
+    cache::clear();
+    let (p, d) = measured(|| {
+        let _ = x.sqrt()?;
+        Ok(())
+    });
+    let on_disk = eager::disk_cache::is_enabled();
+    // With the persistent cache off (EAGER_COMPILE_CACHE=off), the op compiles again.
+    let (misses, disk_hits) = if on_disk { (0, 1) } else { (1, 0) };
+    assert_eq!((d.hits, d.misses, d.disk_hits), (0, misses, disk_hits));
+    assert_eq!((p.hits(), p.misses(), p.disk_hits()), (0, misses, disk_hits));
+
+    let t = p.table();
+    let sqrt = t.rows.iter().find(|r| r.op == "sqrt").expect("a sqrt row");
+    assert_eq!((sqrt.calls, sqrt.misses, sqrt.disk_hits), (1, misses, disk_hits));
+    assert!(sqrt.compile_ns > 0);
+    let summary = format!("0 hits, {misses} misses (compiled), {disk_hits} loaded from disk, hit rate 0.0%");
+    assert!(p.table_text().contains(&summary), "{}", p.table_text());
+
+    let svg = p.timeline().svg().unwrap();
+    assert_eq!(rects(&svg, LOAD) - 1, disk_hits as usize);
+    assert_eq!(rects(&svg, COMPILE) - 1, misses as usize);
+
+    let v: serde_json::Value = serde_json::from_str(&p.trace_json()).unwrap();
+    let (fetch, outcome) = if on_disk { ("load", "disk") } else { ("compile", "miss") };
+    let slice = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == format!("{fetch} sqrt"))
+        .unwrap_or_else(|| panic!("a `{fetch} sqrt` slice in {v}"))
+        .clone();
+    assert_eq!((slice["cat"].as_str(), slice["args"]["cache"].as_str()), (Some(fetch), Some(outcome)));
+    Ok(())
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use eager::profiler::{CacheOutcome, Event, EventKind, OpInfo};
 use eager::{DType, Device, Spec};
-use viz::style::{RGBColor, COMPILE, EXECUTE, HIT, MISS, TRANSFER};
+use viz::style::{RGBColor, COMPILE, DISK_HIT, EXECUTE, HIT, LOAD, MISS, TRANSFER};
 use viz::{ChartKind, Profile, RECOMPILE_THRESHOLD};
 
 fn info(name: &'static str, attrs: &str, shapes: &[&[usize]], device: Device) -> Arc<OpInfo> {
@@ -51,6 +51,11 @@ impl Log {
         let (cache, compile) = if miss { (CacheOutcome::Miss, 2_000_000) } else { (CacheOutcome::Hit, 0) };
         self.push(EventKind::Op, info, Some(cache), compile, 50_000);
     }
+    /// An op whose executable was loaded from the persistent cache (1 ms), then executed
+    /// (50 µs).
+    fn disk(&mut self, info: &Arc<OpInfo>) {
+        self.push(EventKind::Op, info, Some(CacheOutcome::DiskHit), 1_000_000, 50_000);
+    }
     fn transfer(&mut self, kind: EventKind, info: &Arc<OpInfo>) {
         self.push(kind, info, None, 0, 8_000);
     }
@@ -73,6 +78,25 @@ fn small() -> Log {
     }
     log.op(&matmul, true);
     log.op(&matmul, false);
+    log
+}
+
+/// add (1 miss, 2 hits), matmul (1 disk load, 1 hit), exp (1 disk load), one upload: what a
+/// fresh process sees with a warm persistent cache and one new shape.
+fn mixed() -> Log {
+    let cpu = Device::cpu();
+    let add = info("add", "", &[&[2, 3], &[3]], cpu);
+    let matmul = info("matmul", "", &[&[4, 8], &[8, 2]], cpu);
+    let exp = info("exp", "", &[&[4, 2]], cpu);
+    let up = info("to_device", "", &[&[4, 8]], cpu);
+    let mut log = Log::new();
+    log.transfer(EventKind::HostToDevice, &up);
+    log.op(&add, true);
+    log.disk(&matmul);
+    log.op(&add, false);
+    log.op(&matmul, false);
+    log.disk(&exp);
+    log.op(&add, false);
     log
 }
 
@@ -103,7 +127,7 @@ fn rects(svg: &str, color: RGBColor) -> usize {
 fn table_counts_sort_and_totals() {
     let p = small().profile();
     let t = p.table();
-    assert_eq!((t.hits, t.misses), (4, 2));
+    assert_eq!((t.hits, t.misses, t.disk_hits), (4, 2, 0));
     assert!((t.hit_rate() - 4.0 / 6.0).abs() < 1e-12);
     let ops: Vec<(&str, u64, u64)> = t.rows.iter().map(|r| (r.op.as_str(), r.calls, r.misses)).collect();
     // Both ops compiled once (2 ms): add runs 4 x 50 µs, matmul 2 x 50 µs, uploads 2 x 8 µs.
@@ -114,6 +138,7 @@ fn table_counts_sort_and_totals() {
     assert_eq!(t.rows[0].mean_execute_ns(), 50_000.0);
     assert_eq!(t.totals.calls, 8);
     assert_eq!(t.totals.misses, 2);
+    assert_eq!(t.totals.disk_hits, 0);
     assert_eq!(t.totals.compile_ns, 4_000_000);
     assert_eq!(t.totals.execute_ns, 316_000);
     assert_eq!(t.wall_ns, p.wall_ns());
@@ -124,7 +149,7 @@ fn table_counts_sort_and_totals() {
     let text = p.table_text();
     assert!(text.contains("hit rate 66.7%"), "{text}");
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("op") && lines[0].contains("compile ms") && lines[0].contains("wall %"));
+    assert!(lines[0].starts_with("op") && lines[0].contains("compile/load ms") && lines[0].contains("wall %"));
     assert!(lines[2].starts_with("add ") && lines[2].contains("f32[2, 3] x f32[3]"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("total") && l.contains(" 8 ") && l.contains(" 2 ")), "{text}");
 
@@ -157,7 +182,9 @@ fn timeline_svg_holds_one_bar_per_dispatch() {
     assert_eq!(rects(&svg, COMPILE) - 1, p.misses() as usize);
     assert_eq!(rects(&svg, EXECUTE) - 1, p.ops().count());
     assert_eq!(rects(&svg, TRANSFER) - 1, p.events().len() - p.ops().count());
+    assert_eq!(rects(&svg, LOAD), 1, "the legend swatch alone");
     assert!(svg.contains("Dispatch timeline") && svg.contains("time since start (ms)"));
+    assert!(!svg.contains("load from disk 0"), "no load time without loads");
     // Compiles of 2 ms on a ~4.5 ms axis are wide enough to carry the op name.
     let doc = roxmltree::Document::parse(&svg).unwrap();
     let on_bars: Vec<&str> = doc
@@ -187,6 +214,8 @@ fn every_chart_draws_as_svg_and_png() {
             // Something in each series colour is drawn.
             let has = |c: RGBColor| rgb.chunks(3).any(|px| px == [c.0, c.1, c.2]);
             assert!(has(COMPILE) && has(EXECUTE), "{:?} at {w}x{h}", chart.kind());
+            // Every chart's legend has a swatch for loads from disk.
+            assert!(has(LOAD), "{:?} at {w}x{h}", chart.kind());
         }
     }
     assert!(matches!(p.timeline().png(100, 50), Err(viz::Error::Size { width: 100, height: 50 })));
@@ -200,6 +229,7 @@ fn compile_vs_execute_has_a_stacked_bar_per_op_kind() {
     assert_eq!(rects(&svg, COMPILE) - 1, 2);
     assert_eq!(rects(&svg, EXECUTE) - 1, 2);
     assert_eq!(rects(&svg, TRANSFER) - 1, 1);
+    assert_eq!(rects(&svg, LOAD), 1, "the legend swatch alone");
     assert!(svg.contains("compile 2.00 ms + execute 200 µs · 4 calls"), "{svg}");
 }
 
@@ -207,10 +237,11 @@ fn compile_vs_execute_has_a_stacked_bar_per_op_kind() {
 fn cache_chart_states_the_hit_rate() {
     let p = small().profile();
     let svg = p.cache_hits().svg().unwrap();
-    assert!(svg.contains("4 hits, 2 misses over 6 op dispatches · hit rate 66.7%"));
+    assert!(svg.contains("4 hits, 2 misses (compiled), 0 loaded from disk over 6 op dispatches · hit rate 66.7%"));
     // One line per series.
     assert_eq!(lines(&svg, HIT).len(), 1);
     assert_eq!(lines(&svg, MISS).len(), 1);
+    assert_eq!(lines(&svg, DISK_HIT).len(), 1);
 }
 
 #[test]
@@ -223,6 +254,7 @@ fn trace_has_a_compile_slice_per_miss_and_an_execute_slice_per_dispatch() {
     assert_eq!(cat("compile"), p.misses() as usize);
     assert_eq!(cat("execute"), p.ops().count());
     assert_eq!(cat("transfer"), 2);
+    assert_eq!(cat("load"), 0);
     assert_eq!(slices.len(), cat("compile") + cat("execute") + cat("transfer"));
     let ts: Vec<f64> = slices.iter().map(|e| e["ts"].as_f64().unwrap()).collect();
     assert!(ts.windows(2).all(|w| w[0] <= w[1]), "slices ordered by time: {ts:?}");
@@ -295,6 +327,7 @@ fn hint_fires_for_shape_churn_and_names_op_and_shapes() {
             && line.contains(&format!("[{RECOMPILE_THRESHOLD}, 16] x [16]")),
         "{line}"
     );
+    assert!(line.contains("was compiled for") && !line.contains("disk"), "{line}");
     assert!(log.profile().table_text().contains(&line));
 }
 
@@ -336,7 +369,7 @@ fn hint_for_ops_without_inputs_shows_output_shapes() {
 #[test]
 fn empty_profile_still_draws() {
     let p = Profile::from_events(Vec::new());
-    assert!(p.table_text().contains("0 hits, 0 misses"));
+    assert!(p.table_text().contains("0 hits, 0 misses (compiled), 0 loaded from disk"));
     for chart in p.charts() {
         let svg = chart.svg().unwrap();
         roxmltree::Document::parse(&svg).unwrap();
@@ -366,7 +399,8 @@ fn many_dispatches_draw_in_full() {
     assert_eq!(p.cache_hits().kind(), ChartKind::CacheHits);
     // Runs of hits make straight lines: a handful of points, not 5000.
     let svg = p.cache_hits().svg().unwrap();
-    let points: usize = [HIT, MISS].iter().flat_map(|&c| lines(&svg, c)).map(|p| p.split_whitespace().count()).sum();
+    let points: usize =
+        [HIT, MISS, DISK_HIT].iter().flat_map(|&c| lines(&svg, c)).map(|p| p.split_whitespace().count()).sum();
     assert!(points < 20, "{points} points");
 }
 
@@ -390,4 +424,213 @@ fn compile_vs_execute_merges_what_does_not_fit() {
     let short = chart.svg_sized(1000, 400).unwrap();
     let rows = rects(&short, COMPILE) - 1;
     assert!((2..20).contains(&rows), "{rows} rows");
+}
+
+/// The numeric cells of the text table's line starting with `op`: calls, misses, disk,
+/// compile/load ms, execute µs, mean µs, wall %.
+fn numbers<'a>(text: &'a str, op: &str) -> Vec<&'a str> {
+    let line =
+        text.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap_or_else(|| panic!("no {op} row in\n{text}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    cells[cells.len() - 7..].to_vec()
+}
+
+#[test]
+fn disk_loads_are_counted_apart_from_hits_and_misses() {
+    let p = mixed().profile();
+    assert_eq!((p.hits(), p.misses(), p.disk_hits()), (3, 1, 2));
+    // Memory hits over all six op dispatches: a disk load is no hit.
+    assert!((p.hit_rate() - 0.5).abs() < 1e-12);
+    assert_eq!((p.compile_ns(), p.load_ns()), (2_000_000, 2_000_000));
+
+    let t = p.table();
+    assert_eq!((t.hits, t.misses, t.disk_hits), (3, 1, 2));
+    assert!((t.hit_rate() - 0.5).abs() < 1e-12);
+    let rows: Vec<(&str, u64, u64, u64)> =
+        t.rows.iter().map(|r| (r.op.as_str(), r.calls, r.misses, r.disk_hits)).collect();
+    assert_eq!(rows, [("add", 3, 1, 0), ("matmul", 2, 0, 1), ("exp", 1, 0, 1), ("host→device", 1, 0, 0)]);
+    // The compile/load column holds both: 2 ms compiling add, 1 ms loading matmul.
+    assert_eq!((t.rows[0].compile_ns, t.rows[1].compile_ns), (2_000_000, 1_000_000));
+    assert_eq!((t.totals.calls, t.totals.misses, t.totals.disk_hits, t.totals.compile_ns), (7, 1, 2, 4_000_000));
+
+    let text = p.table_text();
+    let header: Vec<&str> = text.lines().next().unwrap().split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+    assert_eq!(
+        header,
+        ["op", "input shapes", "calls", "misses", "disk", "compile/load ms", "execute µs", "mean µs", "wall %"]
+    );
+    assert_eq!(numbers(&text, "add")[..4], ["3", "1", "0", "2.00"]);
+    assert_eq!(numbers(&text, "matmul")[..4], ["2", "0", "1", "1.00"]);
+    assert_eq!(numbers(&text, "exp")[..4], ["1", "0", "1", "1.00"]);
+    assert_eq!(numbers(&text, "host→device")[..4], ["1", "-", "-", "-"]);
+    assert_eq!(numbers(&text, "total")[..4], ["7", "1", "2", "4.00"]);
+    let summary = "cache: 3 hits, 1 misses (compiled), 2 loaded from disk, hit rate 50.0%";
+    assert!(text.contains(summary), "{text}");
+
+    // The HTML table has the same columns and cells.
+    let html = p.table_html();
+    assert!(html.contains(summary), "{html}");
+    let doc = roxmltree::Document::parse(&html).expect("the HTML table is well-formed");
+    let cells = |tag: &str| -> Vec<Vec<String>> {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("tr"))
+            .map(|tr| {
+                tr.children()
+                    .filter(|c| c.has_tag_name(tag))
+                    .map(|c| c.text().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .filter(|r: &Vec<String>| !r.is_empty())
+            .collect()
+    };
+    assert_eq!(cells("th"), [header.iter().map(|h| h.to_string()).collect::<Vec<_>>()]);
+    let body = cells("td");
+    assert!(body.iter().all(|r| r.len() == header.len()));
+    let matmul = body.iter().find(|r| r[0] == "matmul").expect("a matmul row");
+    assert_eq!(matmul[2..6], ["2", "0", "1", "1.00"]);
+    let total = body.last().unwrap();
+    assert_eq!(total[..6], ["total", "", "7", "1", "2", "4.00"]);
+}
+
+/// `(x, y, width)` of every `<rect>` filled with `color`, top first.
+fn rect_boxes(svg: &str, color: RGBColor) -> Vec<(f64, f64, f64)> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let want = hex(color);
+    let num = |n: roxmltree::Node, a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+    let mut boxes: Vec<(f64, f64, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("fill").is_some_and(|f| f.eq_ignore_ascii_case(&want)))
+        .map(|n| (num(n, "x"), num(n, "y"), num(n, "width")))
+        .collect();
+    boxes.sort_by(|a, b| a.1.total_cmp(&b.1));
+    boxes
+}
+
+#[test]
+fn timeline_draws_a_load_part_before_execute_for_disk_loads() {
+    let p = mixed().profile();
+    let svg = p.timeline().svg().unwrap();
+    // Less the legend swatch of each colour.
+    assert_eq!(rects(&svg, COMPILE) - 1, 1);
+    assert_eq!(rects(&svg, LOAD) - 1, 2);
+    assert_eq!(rects(&svg, EXECUTE) - 1, 6);
+    assert_eq!(rects(&svg, TRANSFER) - 1, 1);
+    assert!(svg.contains("load from disk"), "legend entry");
+    assert!(svg.contains("compile 2.00 ms, load from disk 2.00 ms, execute 300 µs"), "{svg}");
+    // Each load part (the first box is the legend swatch) ends where an execute part starts.
+    let executes = rect_boxes(&svg, EXECUTE);
+    for (x, y, w) in rect_boxes(&svg, LOAD).into_iter().skip(1) {
+        assert!(
+            executes.iter().any(|&(ex, ey, _)| ey == y && (ex - (x + w)).abs() <= 1.0),
+            "no execute part right after the load part at x {x}..{}",
+            x + w
+        );
+    }
+}
+
+#[test]
+fn compile_vs_execute_stacks_load_time_in_its_own_colour() {
+    let p = mixed().profile();
+    let svg = p.compile_vs_execute().svg().unwrap();
+    // add: compile + execute; matmul and exp: load + execute; uploads: transfer.
+    assert_eq!(rects(&svg, COMPILE) - 1, 1);
+    assert_eq!(rects(&svg, LOAD) - 1, 2);
+    assert_eq!(rects(&svg, EXECUTE) - 1, 3);
+    assert!(svg.contains("compile 2.00 ms + execute 150 µs · 3 calls"), "{svg}");
+    assert!(svg.contains("load 1.00 ms + execute 100 µs · 2 calls"), "{svg}");
+    assert!(svg.contains("load 1.00 ms + execute 50.0 µs · 1 call"), "{svg}");
+    // Compiling is 2 of the 4.308 ms of dispatch: loads are not counted as compiling.
+    assert!(svg.contains("compile 2.00 ms · load from disk 2.00 ms · execute 300 µs"), "{svg}");
+    assert!(svg.contains("46% of dispatch time spent compiling"), "{svg}");
+}
+
+/// The last point's height above the first (the count axis starts at 0), in pixels.
+fn rise(points: &str) -> f64 {
+    let y = |p: &str| p.split(',').nth(1).unwrap().parse::<f64>().unwrap();
+    let all: Vec<&str> = points.split_whitespace().collect();
+    y(all[0]) - y(all[all.len() - 1])
+}
+
+#[test]
+fn cache_chart_has_a_disk_load_line() {
+    let p = mixed().profile();
+    let svg = p.cache_hits().svg().unwrap();
+    assert!(svg.contains("3 hits, 1 misses (compiled), 2 loaded from disk over 6 op dispatches · hit rate 50.0%"));
+    assert!(svg.contains("disk loads (load + execute)") && svg.contains("Compile cache hits, disk loads and misses"));
+    let (hits, disk, misses) = (lines(&svg, HIT), lines(&svg, DISK_HIT), lines(&svg, MISS));
+    assert_eq!((hits.len(), disk.len(), misses.len()), (1, 1, 1));
+    // Final counts 3, 2 and 1 on one axis.
+    let (h, d, m) = (rise(&hits[0]), rise(&disk[0]), rise(&misses[0]));
+    assert!((d / h - 2.0 / 3.0).abs() < 0.01 && (m / h - 1.0 / 3.0).abs() < 0.01, "rises {h} {d} {m}");
+}
+
+#[test]
+fn trace_names_a_disk_load_a_load_slice() {
+    let p = mixed().profile();
+    let v: serde_json::Value = serde_json::from_str(&p.trace_json()).unwrap();
+    let slices: Vec<&serde_json::Value> =
+        v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").collect();
+    let cat = |c: &str| slices.iter().filter(|e| e["cat"] == c).count();
+    assert_eq!((cat("compile"), cat("load"), cat("execute"), cat("transfer")), (1, 2, 6, 1));
+    assert_eq!(slices.len(), 10);
+    for w in slices.windows(2) {
+        let end = w[0]["ts"].as_f64().unwrap() + w[0]["dur"].as_f64().unwrap();
+        assert!(end <= w[1]["ts"].as_f64().unwrap(), "{} overlaps {}", w[0], w[1]);
+    }
+    let matmul: Vec<_> = slices.iter().filter(|e| e["args"]["shapes"] == "f32[4, 8] x f32[8, 2]").collect();
+    assert_eq!(matmul[0]["name"], "load matmul");
+    assert_eq!(matmul[0]["cat"], "load");
+    assert!((matmul[0]["dur"].as_f64().unwrap() - 1000.0).abs() < 0.01);
+    assert_eq!(matmul[1]["name"], "matmul");
+    let outcomes: Vec<&str> = matmul.iter().map(|e| e["args"]["cache"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["disk", "disk", "hit"]);
+    let add = slices.iter().find(|e| e["name"] == "compile add").expect("the compile of add");
+    assert_eq!(add["args"]["cache"], "miss");
+}
+
+#[test]
+fn hint_counts_shapes_loaded_from_disk() {
+    // Half the shapes compiled, half loaded from an earlier run's persistent cache.
+    let mut log = Log::new();
+    for n in 1..=RECOMPILE_THRESHOLD {
+        let add = info("add", "", &[&[n, 16], &[16]], Device::cpu());
+        if n % 2 == 0 {
+            log.op(&add, true);
+        } else {
+            log.disk(&add);
+        }
+    }
+    let hints = log.profile().hints();
+    assert_eq!(hints.len(), 1);
+    let h = &hints[0];
+    let (compiled, loaded) =
+        (RECOMPILE_THRESHOLD as u64 / 2, RECOMPILE_THRESHOLD as u64 - RECOMPILE_THRESHOLD as u64 / 2);
+    assert_eq!((h.shapes.len(), h.compiles, h.disk_loads), (RECOMPILE_THRESHOLD, compiled, loaded));
+    assert_eq!(h.compile_ns, compiled * 2_000_000 + loaded * 1_000_000);
+    let line = h.to_string();
+    assert!(
+        line.contains(&format!("`add` needed new executables for {RECOMPILE_THRESHOLD} distinct shapes")),
+        "{line}"
+    );
+    assert!(line.contains(&format!("{compiled} compiled and {loaded} loaded from disk")), "{line}");
+    assert!(line.contains("of compiling and loading") && line.contains("pad or bucket"), "{line}");
+
+    // Every shape loaded from disk is churn too: the next new shape compiles.
+    let mut all_disk = Log::new();
+    for n in 1..=RECOMPILE_THRESHOLD {
+        all_disk.disk(&info("exp", "", &[&[n, 16]], Device::cpu()));
+    }
+    let hints = all_disk.profile().hints();
+    assert_eq!(hints.len(), 1, "{hints:?}");
+    assert_eq!((hints[0].op, hints[0].compiles, hints[0].disk_loads), ("exp", 0, RECOMPILE_THRESHOLD as u64));
+    let line = hints[0].to_string();
+    assert!(line.contains(&format!("{RECOMPILE_THRESHOLD} loaded from disk, none compiled, ")), "{line}");
+    assert!(line.contains(" ms of loading: pad or bucket"), "{line}");
+
+    // Below the threshold, loads or not, no hint.
+    let mut few = Log::new();
+    for n in 1..RECOMPILE_THRESHOLD {
+        few.disk(&info("exp", "", &[&[n, 16]], Device::cpu()));
+    }
+    assert!(few.profile().hints().is_empty());
 }

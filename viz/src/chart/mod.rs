@@ -22,11 +22,12 @@ pub(crate) const MAX_SIDE: u32 = 16_384;
 /// Which view of the profile a [`Chart`] draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChartKind {
-    /// Every dispatch a bar on a time axis: compile, execute and transfer in three colours.
+    /// Every dispatch a bar on a time axis: compile, load from disk, execute and transfer in
+    /// four colours.
     Timeline,
-    /// Per op kind, compile and execute time as stacked horizontal bars.
+    /// Per op kind, compile, load-from-disk and execute time as stacked horizontal bars.
     CompileVsExecute,
-    /// Cumulative cache hits and misses over the run's op dispatches.
+    /// Cumulative cache hits, disk loads and misses over the run's op dispatches.
     CacheHits,
 }
 
@@ -174,15 +175,16 @@ fn check(width: u32, height: u32) -> Result<()> {
 }
 
 impl Profile {
-    /// Every dispatch as a bar on a time axis (compile, execute, transfer in three colours).
+    /// Every dispatch as a bar on a time axis (compile, load from disk, execute, transfer in
+    /// four colours).
     pub fn timeline(&self) -> Chart<'_> {
         Chart::new(self, ChartKind::Timeline)
     }
-    /// Compile vs execute time per op kind, as stacked bars.
+    /// Compile (and load-from-disk) vs execute time per op kind, as stacked bars.
     pub fn compile_vs_execute(&self) -> Chart<'_> {
         Chart::new(self, ChartKind::CompileVsExecute)
     }
-    /// Cache hits and misses over the run.
+    /// Cache hits, disk loads and misses over the run.
     pub fn cache_hits(&self) -> Chart<'_> {
         Chart::new(self, ChartKind::CacheHits)
     }

@@ -1,5 +1,6 @@
-//! Every dispatch as a bar on a time axis, one row per device lane: compile, execute and
-//! transfer in their colours, op names written on the bars wide enough to hold them.
+//! Every dispatch as a bar on a time axis, one row per device lane: compile, load from
+//! disk, execute and transfer in their colours, op names written on the bars wide enough to
+//! hold them.
 
 use std::collections::HashMap;
 
@@ -8,20 +9,22 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::profile::Profile;
-use crate::style::{tick_format, time_unit, Area, DrawResult, Look, COMPILE, EXECUTE, TRANSFER};
+use crate::style::{tick_format, time_unit, Area, DrawResult, Look, COMPILE, EXECUTE, LOAD, TRANSFER};
 use crate::table::transfer_label;
 use crate::units::duration;
 
 pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {
+    // Load time only when there were loads: the subtitle shrinks to fit, so every clause costs.
+    let load = if p.disk_hits() > 0 { format!(", load from disk {}", duration(p.load_ns())) } else { String::new() };
     let subtitle = format!(
-        "{} dispatches in {} wall: compile {}, execute {}, transfer {}",
+        "{} dispatches in {} wall: compile {}{load}, execute {}, transfer {}",
         p.events().len(),
         duration(p.wall_ns()),
         duration(p.compile_ns()),
         duration(p.execute_ns()),
         duration(p.transfer_ns())
     );
-    let legend = [("compile", COMPILE), ("execute", EXECUTE), ("transfer", TRANSFER)];
+    let legend = [("compile", COMPILE), ("load from disk", LOAD), ("execute", EXECUTE), ("transfer", TRANSFER)];
     let body = look.header(root, "Dispatch timeline", &subtitle, &legend)?;
     if p.is_empty() {
         return look.nothing(&body, "no dispatches recorded");
@@ -74,7 +77,7 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
     let half = ((lane_h * 0.34).min(look.px(44) as f64) / lane_h * 100.0).round() as i32;
     let text_fits_height = root.estimate_text_size("op", &look.on_bar())?.1 as f64 <= lane_h * half as f64 / 50.0;
     let t = |ns: u64| (ns - p.start_ns()) as f64 / per_unit;
-    let mut bars = Vec::with_capacity(p.events().len() + p.misses() as usize);
+    let mut bars = Vec::with_capacity(p.events().len() + (p.misses() + p.disk_hits()) as usize);
     let mut labels = Vec::new();
     let mut text_w: HashMap<&str, u32> = HashMap::new();
     for (e, &lane) in p.events().iter().zip(&lane_of) {
@@ -83,9 +86,17 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
         let (start, mid, end) = (t(e.start_ns), t(e.start_ns + e.compile_ns), t(e.end_ns()));
         let last = if end - start > 3.0 * gap { end - gap } else { end };
         let color = if e.kind == EventKind::Op { EXECUTE } else { TRANSFER };
-        if e.is_miss() {
+        // The part before execute: fetching the executable, by compile or load from disk.
+        let fetch = if e.is_miss() {
+            Some(COMPILE)
+        } else if e.is_disk_hit() {
+            Some(LOAD)
+        } else {
+            None
+        };
+        if let Some(fetch) = fetch {
             let split = (last - (end - mid).max(px)).max(start);
-            bars.push(rect(start, split, y0, y1, COMPILE));
+            bars.push(rect(start, split, y0, y1, fetch));
             bars.push(rect(split, last, y0, y1, color));
         } else {
             bars.push(rect(start, last, y0, y1, color));
