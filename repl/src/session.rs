@@ -255,13 +255,8 @@ impl Session {
                 if p.is_empty() {
                     vec![Output::text(format!("no eager ops in {what}"))]
                 } else {
-                    let mut text = p.table_text();
-                    let mut html = p.table_html();
-                    for h in p.hints() {
-                        text.push_str(&format!("\n{h}"));
-                        html.push_str(&format!("<p>{h}</p>"));
-                    }
-                    vec![Output { data: vec![("text/plain".into(), text), ("text/html".into(), html)], is_result: false }]
+                    // The table's footer already carries the recompile hints.
+                    vec![Output { data: vec![("text/plain".into(), p.table_text()), ("text/html".into(), p.table_html())], is_result: false }]
                 }
             }
             MetaCommand::Timeline(file) => {
