@@ -24,6 +24,8 @@ pub mod device;
 pub mod disk_cache;
 pub mod dtype;
 pub mod error;
+pub mod nn;
+pub mod optim;
 pub mod ops;
 pub mod pjrt;
 pub mod plugin;
@@ -54,5 +56,7 @@ pub mod prelude {
     pub use crate::var::Var;
     pub use crate::autograd::no_grad;
     pub use crate::compile::compile;
-    pub use crate::{cache, profiler};
+    pub use crate::nn::Module;
+    pub use crate::optim::Optimizer;
+    pub use crate::{cache, nn, optim, profiler};
 }
