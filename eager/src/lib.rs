@@ -14,7 +14,7 @@
 //!
 //! Map: [`pjrt`] (FFI and safe handles), [`plugin`] (finding plugins per device target),
 //! [`ops`] (every op defined once), [`cache`] (in memory), [`disk_cache`] (persistent),
-//! [`runtime`] (asynchronous dispatch), [`tensor`],
+//! [`runtime`] (asynchronous dispatch), [`tensor`], [`io`] (safetensors and .npy files),
 //! [`profiler`] (the event log the viz crate draws).
 
 pub mod cache;
@@ -22,6 +22,7 @@ pub mod device;
 pub mod disk_cache;
 pub mod dtype;
 pub mod error;
+pub mod io;
 pub mod ops;
 pub mod pjrt;
 pub mod plugin;
