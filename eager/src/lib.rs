@@ -14,8 +14,9 @@
 //!
 //! Map: [`pjrt`] (FFI and safe handles), [`plugin`] (finding plugins per device target),
 //! [`ops`] (every op defined once), [`cache`] (in memory), [`disk_cache`] (persistent),
-//! [`runtime`] (asynchronous dispatch), [`tensor`],
-//! [`profiler`] (the event log the viz crate draws).
+//! [`runtime`] (asynchronous dispatch), [`tensor`], [`io`] (safetensors and .npy files),
+//! [`profiler`] (the event log the viz crate draws); training: [`autograd`], [`var`],
+//! [`nn`], [`optim`], [`compile`] (a function traced into one program).
 
 pub mod autograd;
 pub mod cache;
@@ -24,6 +25,7 @@ pub mod device;
 pub mod disk_cache;
 pub mod dtype;
 pub mod error;
+pub mod io;
 pub mod nn;
 pub mod optim;
 pub mod ops;
