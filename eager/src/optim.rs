@@ -10,7 +10,7 @@ use crate::var::Var;
 
 pub trait Optimizer {
     /// Updates every parameter that has a gradient.
-    fn step(&mut self) -> Result<()>;
+    fn step(&self) -> Result<()>;
 
     /// Forgets every parameter's gradient.
     fn zero_grad(&self);
@@ -45,7 +45,7 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
-    fn step(&mut self) -> Result<()> {
+    fn step(&self) -> Result<()> {
         no_grad(|| {
             for (p, v) in self.params.iter().zip(&self.velocity) {
                 let Some(mut g) = p.grad() else { continue };
@@ -108,7 +108,7 @@ impl Adam {
 }
 
 impl Optimizer for Adam {
-    fn step(&mut self) -> Result<()> {
+    fn step(&self) -> Result<()> {
         let (b1, b2) = self.betas;
         if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) {
             return Err(Error::invalid("adam", format!("betas must be in [0, 1), got ({b1}, {b2})")));
