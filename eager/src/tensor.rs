@@ -66,9 +66,10 @@ impl Tensor {
         self.inner.traced.as_ref()
     }
 
-    /// This tensor with the result's autograd node (if any) attached.
+    /// This tensor with the result's autograd node (if any) attached. Bool and integer
+    /// results get none, as in torch: no gradient flows through them.
     pub(crate) fn with_node(mut self, node: Option<Box<crate::autograd::Node>>) -> Tensor {
-        if let Some(node) = node {
+        if let Some(node) = node.filter(|_| self.dtype().is_float()) {
             self.autograd = Some(Arc::new(GradState { node: Some(node), ..Default::default() }));
         }
         self
