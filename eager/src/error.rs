@@ -1,5 +1,7 @@
 //! The library's error type.
 
+use std::path::PathBuf;
+
 use crate::pjrt::{LoadError, PjrtError};
 
 /// Everything that can go wrong in eager. Shape and dtype errors are found before anything
@@ -27,6 +29,12 @@ pub enum Error {
     Plugin(#[from] crate::plugin::PluginError),
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// A weights file is malformed, holds what eager cannot, or cannot hold what was saved.
+    #[error("{}: {msg}", path.display())]
+    Format { path: PathBuf, msg: String },
     /// The session was interrupted (Ctrl-C in the REPL, interrupt in a notebook).
     #[error("{op}: interrupted")]
     Interrupted { op: &'static str },

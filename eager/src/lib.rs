@@ -14,14 +14,20 @@
 //!
 //! Map: [`pjrt`] (FFI and safe handles), [`plugin`] (finding plugins per device target),
 //! [`ops`] (every op defined once), [`cache`] (in memory), [`disk_cache`] (persistent),
-//! [`runtime`] (asynchronous dispatch), [`tensor`],
-//! [`profiler`] (the event log the viz crate draws).
+//! [`runtime`] (asynchronous dispatch), [`tensor`], [`io`] (safetensors and .npy files),
+//! [`profiler`] (the event log the viz crate draws); training: [`autograd`], [`var`],
+//! [`nn`], [`optim`], [`compile`] (a function traced into one program).
 
+pub mod autograd;
 pub mod cache;
+pub mod compile;
 pub mod device;
 pub mod disk_cache;
 pub mod dtype;
 pub mod error;
+pub mod io;
+pub mod nn;
+pub mod optim;
 pub mod ops;
 pub mod pjrt;
 pub mod plugin;
@@ -30,6 +36,7 @@ pub mod runtime;
 pub mod session;
 pub mod shape;
 pub mod tensor;
+pub mod var;
 
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
@@ -37,6 +44,9 @@ pub use error::{Error, Result};
 pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path, synchronize};
 pub use shape::Spec;
 pub use tensor::Tensor;
+pub use var::Var;
+pub use compile::{compile, Compiled};
+pub use autograd::{no_grad, NoGradGuard};
 
 /// What a notebook or REPL cell wants in scope.
 pub mod prelude {
@@ -45,5 +55,10 @@ pub mod prelude {
     pub use crate::error::{Error, Result};
     pub use crate::runtime::{manual_seed, set_default_device, synchronize};
     pub use crate::tensor::Tensor;
-    pub use crate::{cache, profiler};
+    pub use crate::var::Var;
+    pub use crate::autograd::no_grad;
+    pub use crate::compile::compile;
+    pub use crate::nn::Module;
+    pub use crate::optim::Optimizer;
+    pub use crate::{cache, nn, optim, profiler};
 }

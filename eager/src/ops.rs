@@ -1,14 +1,17 @@
-//! Every op, defined once: its name, attributes, shape/dtype rule and StableHLO emission.
-//! The cache keys on [`Op`] values, the profiler prints [`Op::name`], and the tensor API only
-//! builds `Op`s: nothing else special-cases an op.
+//! Every op, defined once: its name, attributes, shape/dtype rule, StableHLO emission and
+//! gradient rule. The cache keys on [`Op`] values, the profiler prints [`Op::name`], the
+//! tensor API only builds `Op`s, autograd only calls [`Op::backward`], and compiled functions
+//! emit each traced op with [`Op`]'s own emission: nothing else special-cases an op.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::{broadcast_shapes, broadcasts_to, Shape, Spec};
+use crate::tensor::Tensor;
 
 /// Dims of an attribute (inline up to 4).
 pub type Dims = SmallVec<[usize; 4]>;
@@ -141,6 +144,81 @@ pub enum Op {
     Eye { n: usize, m: usize, dtype: DType },
     /// Random numbers from the `u64[2]` state input (ThreeFry).
     Random { dist: Dist, shape: Shape, dtype: DType },
+    /// Pads every dim with zeros: `low` before, `high` after and `interior` between elements
+    /// (the transpose of a strided slice).
+    Pad { low: Dims, high: Dims, interior: Dims },
+    /// A call of a compiled function: one program of many ops (see [`crate::compile`]).
+    Call(Arc<Program>),
+}
+
+/// A value of a traced program: a parameter, or the result of an op on earlier values.
+#[derive(Debug, Clone)]
+pub(crate) enum ValueDef {
+    Param(usize),
+    Op { op: Op, inputs: SmallVec<[usize; 3]> },
+}
+
+/// A compiled function's StableHLO module, with its signature.
+#[derive(Debug)]
+pub struct Program {
+    pub name: &'static str,
+    pub text: String,
+    pub params: Vec<Spec>,
+    pub outputs: Vec<Spec>,
+    /// Ops traced into it.
+    pub ops: usize,
+    hash: u64,
+}
+
+impl PartialEq for Program {
+    fn eq(&self, other: &Program) -> bool {
+        std::ptr::eq(self, other) || (self.hash == other.hash && self.text == other.text)
+    }
+}
+impl Eq for Program {}
+impl std::hash::Hash for Program {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.hash.hash(h)
+    }
+}
+
+impl Program {
+    /// Emits the module of a traced function: `values` in order (parameters `0..params` among
+    /// them), returning `outputs`. Each op is emitted by its own [`Op`] definition.
+    pub(crate) fn new(name: &'static str, values: &[(ValueDef, Spec)], params: usize, outputs: &[usize], ops: usize) -> Program {
+        let mut e = Emitter::default();
+        let mut emitted: Vec<Value> = Vec::with_capacity(values.len());
+        let mut param_specs = vec![Spec::new(&[], DType::F32); params];
+        for (def, spec) in values {
+            let v = match def {
+                ValueDef::Param(i) => {
+                    param_specs[*i] = spec.clone();
+                    Value { name: format!("%arg{i}"), spec: spec.clone() }
+                }
+                ValueDef::Op { op, inputs } => {
+                    let args: Vec<Value> = inputs.iter().map(|&i| emitted[i].clone()).collect();
+                    op.emit(&mut e, &args, spec)
+                }
+            };
+            emitted.push(v);
+        }
+        let out_specs: Vec<Spec> = outputs.iter().map(|&o| values[o].1.clone()).collect();
+        let types: Vec<String> = out_specs.iter().map(Spec::mlir).collect();
+        let names: Vec<&str> = outputs.iter().map(|&o| emitted[o].name.as_str()).collect();
+        let args: Vec<String> = param_specs.iter().enumerate().map(|(i, s)| format!("%arg{i}: {}", s.mlir())).collect();
+        let text = format!(
+            "module @eager_{name} {{\n  func.func public @main({}) -> ({}) {{\n{}    \"func.return\"({}) : ({}) -> ()\n  }}\n}}\n",
+            args.join(", "),
+            types.join(", "),
+            e.body,
+            names.join(", "),
+            types.join(", "),
+        );
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        text.hash(&mut h);
+        Program { name, text, params: param_specs, outputs: out_specs, ops, hash: h.finish() }
+    }
 }
 
 fn check_arity(op: &'static str, inputs: &[Spec], n: usize) -> Result<()> {
@@ -191,6 +269,8 @@ impl Op {
             Op::Eye { .. } => "eye",
             Op::Random { dist: Dist::Uniform, .. } => "rand",
             Op::Random { dist: Dist::Normal, .. } => "randn",
+            Op::Pad { .. } => "pad",
+            Op::Call(p) => p.name,
         }
     }
 
@@ -210,6 +290,10 @@ impl Op {
             Op::Arange { n, dtype } => format!("n={n} dtype={dtype}"),
             Op::Eye { n, m, dtype } => format!("n={n} m={m} dtype={dtype}"),
             Op::Random { shape, dtype, .. } => format!("shape={:?} dtype={dtype}", shape.as_slice()),
+            Op::Pad { low, high, interior } => {
+                format!("low={:?} high={:?} interior={:?}", low.as_slice(), high.as_slice(), interior.as_slice())
+            }
+            Op::Call(p) => format!("{} ops compiled into one", p.ops),
             _ => String::new(),
         }
     }
@@ -413,11 +497,197 @@ impl Op {
                 }
                 Ok(Spec { shape: shape.clone(), dtype: *dtype })
             }
+            Op::Pad { low, high, interior } => {
+                check_arity(name, inputs, 1)?;
+                let x = &inputs[0];
+                if low.len() != x.rank() || high.len() != x.rank() || interior.len() != x.rank() {
+                    return Err(Error::invalid(name, format!("needs {} low, high and interior sizes", x.rank())));
+                }
+                let shape = (0..x.rank())
+                    .map(|d| low[d] + high[d] + x.shape[d] + x.shape[d].saturating_sub(1) * interior[d])
+                    .collect();
+                Ok(Spec { shape, dtype: x.dtype })
+            }
+            Op::Call(p) => {
+                if inputs.len() != p.params.len() || inputs.iter().zip(&p.params).any(|(a, b)| a != b) {
+                    let got: Vec<String> = inputs.iter().map(|s| s.to_string()).collect();
+                    let want: Vec<String> = p.params.iter().map(|s| s.to_string()).collect();
+                    return Err(Error::shape(name, format!("compiled for ({}), called with ({})", want.join(", "), got.join(", "))));
+                }
+                Ok(p.outputs[0].clone())
+            }
+        }
+    }
+
+    /// The gradient rule: given the inputs, the output and the gradient `g` of a scalar
+    /// with respect to the output, the gradient with respect to each input (`None` for an
+    /// input no gradient flows to). Written with eager ops, so gradients run through the same
+    /// single-op cache.
+    pub(crate) fn backward(&self, x: &[&Tensor], out: &Tensor, g: &Tensor) -> Result<SmallVec<[Option<Tensor>; 3]>> {
+        let one = |t: Tensor| -> Result<SmallVec<[Option<Tensor>; 3]>> { Ok(smallvec::smallvec![Some(t)]) };
+        let none = || -> Result<SmallVec<[Option<Tensor>; 3]>> { Ok(x.iter().map(|_| None).collect()) };
+        match self {
+            Op::Unary(u) => one(match u {
+                Unary::Neg => g.neg()?,
+                Unary::Abs => g.mul(&sign(x[0])?)?,
+                Unary::Exp => g.mul(out)?,
+                Unary::Log => g.div(x[0])?,
+                Unary::Sqrt => g.mul_scalar(0.5)?.div(out)?,
+                Unary::Rsqrt => g.mul(&out.mul(out)?.mul(out)?)?.mul_scalar(-0.5)?,
+                Unary::Tanh => g.mul(&out.mul(out)?.neg()?.add_scalar(1.0)?)?,
+                Unary::Sigmoid => g.mul(&out.mul(&out.neg()?.add_scalar(1.0)?)?)?,
+                Unary::Sin => g.mul(&x[0].cos()?)?,
+                Unary::Cos => g.mul(&x[0].sin()?.neg()?)?,
+                Unary::Relu => g.mul(&x[0].gt_scalar(0.0)?.to_dtype(g.dtype())?)?,
+            }),
+            Op::Binary(b) => {
+                let (a, c) = (x[0], x[1]);
+                let (ga, gc) = match b {
+                    Binary::Add => (g.clone(), g.clone()),
+                    Binary::Sub => (g.clone(), g.neg()?),
+                    Binary::Mul => (g.mul(c)?, g.mul(a)?),
+                    Binary::Div => (g.div(c)?, g.mul(out)?.div(c)?.neg()?),
+                    Binary::Pow => {
+                        // d/da a^c = c a^(c-1); d/dc a^c = a^c ln a (taken as 0 where a <= 0).
+                        let da = g.mul(c)?.mul(&a.pow(&c.sub_scalar(1.0)?)?)?;
+                        let positive = a.gt_scalar(0.0)?;
+                        let ln = positive.where_cond(&a.log()?, &a.zeros_like()?)?;
+                        (da, g.mul(out)?.mul(&ln)?)
+                    }
+                    Binary::Maximum | Binary::Minimum => {
+                        // The larger (smaller) input takes the gradient; ties split it, as torch.
+                        let wins = if *b == Binary::Maximum { a.gt(c)? } else { a.lt(c)? };
+                        let dt = g.dtype();
+                        let share = wins.to_dtype(dt)?.add(&a.eq(c)?.to_dtype(dt)?.mul_scalar(0.5)?)?;
+                        (g.mul(&share)?, g.mul(&share.neg()?.add_scalar(1.0)?)?)
+                    }
+                };
+                Ok(smallvec::smallvec![Some(sum_to(&ga, a.shape())?), Some(sum_to(&gc, c.shape())?)])
+            }
+            Op::Where => {
+                let zero = g.zeros_like()?;
+                let ga = x[0].where_cond(g, &zero)?;
+                let gb = x[0].where_cond(&zero, g)?;
+                Ok(smallvec::smallvec![None, Some(sum_to(&ga, x[1].shape())?), Some(sum_to(&gb, x[2].shape())?)])
+            }
+            Op::Matmul => {
+                let ga = g.matmul(&x[1].t()?)?;
+                let gb = x[0].t()?.matmul(g)?;
+                Ok(smallvec::smallvec![Some(sum_to(&ga, x[0].shape())?), Some(sum_to(&gb, x[1].shape())?)])
+            }
+            Op::Reduce { kind, dims, keepdim } => {
+                let shape = x[0].shape();
+                let kept: Vec<isize> = shape.iter().enumerate().map(|(d, &s)| if dims.contains(&d) { 1 } else { s as isize }).collect();
+                let g_kept = if *keepdim { g.clone() } else { g.reshape(&kept)? };
+                match kind {
+                    Reduce::Sum => one(g_kept.broadcast_to(shape)?),
+                    Reduce::Mean => {
+                        let count: usize = dims.iter().map(|&d| shape[d]).product();
+                        one(g_kept.broadcast_to(shape)?.div_scalar(count as f64)?)
+                    }
+                    Reduce::Max | Reduce::Min => {
+                        // Every element equal to the extreme shares the gradient evenly.
+                        let extreme = if *keepdim { out.clone() } else { out.reshape(&kept)? };
+                        let hit = x[0].eq(&extreme)?.to_dtype(g.dtype())?;
+                        let dims_i: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
+                        let count = hit.sum(&dims_i, true)?;
+                        one(g_kept.div(&count)?.mul(&hit)?)
+                    }
+                    Reduce::ArgMax | Reduce::ArgMin => none(),
+                }
+            }
+            Op::Reshape(_) => one(g.reshape(&signed(x[0].shape()))?),
+            Op::Permute(p) => {
+                let mut inverse = vec![0isize; p.len()];
+                for (i, &d) in p.iter().enumerate() {
+                    inverse[d] = i as isize;
+                }
+                one(g.permute(&inverse)?)
+            }
+            Op::BroadcastTo(_) => one(sum_to(g, x[0].shape())?),
+            Op::Slice { starts, limits: _, strides } => {
+                // Zeros everywhere but the sliced elements: pad the gradient back.
+                let shape = x[0].shape();
+                let low: Dims = starts.clone();
+                let interior: Dims = strides.iter().map(|s| s - 1).collect();
+                let high: Dims = (0..shape.len())
+                    .map(|d| {
+                        let n = g.shape()[d];
+                        let covered = if n == 0 { 0 } else { starts[d] + (n - 1) * strides[d] + 1 };
+                        shape[d] - covered.max(starts[d])
+                    })
+                    .collect();
+                one(crate::runtime::dispatch(Op::Pad { low, high, interior }, &[g], None)?)
+            }
+            Op::Pad { low, high: _, interior } => {
+                let shape = x[0].shape();
+                let starts: Dims = low.clone();
+                let strides: Dims = interior.iter().map(|i| i + 1).collect();
+                let limits: Dims = (0..shape.len())
+                    .map(|d| if shape[d] == 0 { low[d] } else { low[d] + (shape[d] - 1) * strides[d] + 1 })
+                    .collect();
+                one(crate::runtime::dispatch(Op::Slice { starts, limits, strides }, &[g], None)?)
+            }
+            Op::IndexSelect { dim } => {
+                // Scatter-add, composed: move `dim` first, multiply by the one-hot of the
+                // indices (transposed), move it back.
+                let (src, idx) = (x[0], x[1]);
+                let n = src.shape()[*dim];
+                let rank = src.rank();
+                let mut perm: Vec<isize> = vec![*dim as isize];
+                perm.extend((0..rank as isize).filter(|&d| d != *dim as isize));
+                let gp = g.permute(&perm)?;
+                let k = gp.shape()[0];
+                let rest: Vec<usize> = gp.shape()[1..].to_vec();
+                let g2 = gp.reshape(&[k as isize, -1])?;
+                let positions = Tensor::arange_on(0.0, n as f64, 1.0, idx.dtype(), idx.device())?;
+                let onehot = idx.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(g.dtype())?;
+                let scattered = onehot.t()?.matmul(&g2)?;
+                let mut full: Vec<isize> = vec![n as isize];
+                full.extend(rest.iter().map(|&r| r as isize));
+                let mut inverse = vec![0isize; rank];
+                for (i, &d) in perm.iter().enumerate() {
+                    inverse[d as usize] = i as isize;
+                }
+                Ok(smallvec::smallvec![Some(scattered.reshape(&full)?.permute(&inverse)?), None])
+            }
+            Op::Concat { dim } => {
+                let mut start = 0;
+                let mut grads = SmallVec::new();
+                for t in x {
+                    let len = t.shape()[*dim];
+                    grads.push(Some(g.narrow(*dim as isize, start, len)?));
+                    start += len;
+                }
+                Ok(grads)
+            }
+            Op::Cast(_) if x[0].dtype().is_float() && g.dtype().is_float() => one(g.to_dtype(x[0].dtype())?),
+            Op::Fill(_) => one(g.sum_all()?),
+            // No gradient: booleans, integers, indices, constants and random numbers.
+            Op::Compare(_) | Op::Cast(_) | Op::Arange { .. } | Op::Eye { .. } | Op::Random { .. } => none(),
+            Op::Call(p) => Err(Error::invalid(
+                p.name,
+                "cannot differentiate through a compiled function: call backward() inside it and return the gradients",
+            )),
+        }
+    }
+
+    /// Every output's spec: one for every op but a compiled function's call.
+    pub fn output_specs(&self, inputs: &[Spec]) -> Result<SmallVec<[Spec; 1]>> {
+        match self {
+            Op::Call(p) => {
+                self.infer(inputs)?;
+                Ok(p.outputs.iter().cloned().collect())
+            }
+            _ => Ok(smallvec::smallvec![self.infer(inputs)?]),
         }
     }
 
     /// Emits the one-op StableHLO module for `inputs` giving `output` (as [`Op::infer`] said).
     pub fn emit_module(&self, inputs: &[Spec], output: &Spec) -> String {
+        if let Op::Call(p) = self {
+            return p.text.clone();
+        }
         let mut e = Emitter::default();
         let args: Vec<Value> = inputs
             .iter()
@@ -519,6 +789,17 @@ impl Op {
             Op::Reshape(_) => e.op("stablehlo.reshape", &[&x[0]], "", out),
             Op::Permute(p) => e.op("stablehlo.transpose", &[&x[0]], &format!("permutation = {}", i64_array(p)), out),
             Op::BroadcastTo(shape) | Op::Fill(shape) => e.broadcast(&x[0], shape),
+            Op::Pad { low, high, interior } => {
+                let zero = e.constant(&Spec::new(&[], out.dtype), 0.0);
+                let attr = format!(
+                    "edge_padding_low = {}, edge_padding_high = {}, interior_padding = {}",
+                    i64_array(low),
+                    i64_array(high),
+                    i64_array(interior)
+                );
+                e.op("stablehlo.pad", &[&x[0], &zero], &attr, out)
+            }
+            Op::Call(_) => unreachable!("a compiled function's module is emitted whole by Program::new"),
             Op::Slice { starts, limits, strides } => e.op(
                 "stablehlo.slice",
                 &[&x[0]],
@@ -622,6 +903,30 @@ impl Op {
             }
         }
     }
+}
+
+/// Sums `g` down to `shape`, undoing NumPy broadcasting (leading dims and dims of size 1).
+fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape() == shape {
+        return Ok(g.clone());
+    }
+    let lead = g.rank() - shape.len();
+    let dims: Vec<isize> = (0..g.rank())
+        .filter(|&d| d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1))
+        .map(|d| d as isize)
+        .collect();
+    let summed = if dims.is_empty() { g.clone() } else { g.sum(&dims, true)? };
+    summed.reshape(&signed(shape))
+}
+
+/// -1, 0 or 1 by the sign of each element (0 at 0), in `x`'s dtype.
+fn sign(x: &Tensor) -> Result<Tensor> {
+    let dt = x.dtype();
+    x.gt_scalar(0.0)?.to_dtype(dt)?.sub(&x.lt_scalar(0.0)?.to_dtype(dt)?)
+}
+
+fn signed(shape: &[usize]) -> Vec<isize> {
+    shape.iter().map(|&d| d as isize).collect()
 }
 
 /// Shape after reducing `dims` (kept as size 1 with `keepdim`).

@@ -61,6 +61,10 @@ pub(crate) struct Global {
     interrupted: AtomicBool,
     /// Ops dispatched whose completion has not been seen yet.
     pending: AtomicUsize,
+    /// Threads inside `no_grad` scopes.
+    grad_mode: crate::autograd::GradMode,
+    /// The compiled function being traced, if any.
+    pub(crate) tracer: crate::compile::Tracer,
 }
 
 impl Global {
@@ -77,6 +81,8 @@ impl Global {
             ),
             interrupted: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
+            grad_mode: Default::default(),
+            tracer: Default::default(),
         }
     }
 
@@ -264,7 +270,7 @@ pub fn executable_for(op: Op, inputs: &[&Tensor]) -> Result<Arc<Executable>> {
 /// The PJRT buffer under `t`, for benchmarks that execute raw.
 #[doc(hidden)]
 pub fn raw_buffer(t: &Tensor) -> *mut pjrt::ffi::PJRT_Buffer {
-    t.buffer().raw()
+    t.buffer().expect("a tensor with values").raw()
 }
 
 /// Builds the key of `op` on `inputs` and looks it up, as a dispatch does, and nothing else:
@@ -278,8 +284,19 @@ pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
 
 /// Runs `op` on `inputs`: looks the key up in the compile cache (compiling or loading on a
 /// miss), enqueues the execution and returns its result at once. The device time and any
-/// failure arrive with the completion event; reads of the result wait for it.
+/// failure arrive with the completion event; reads of the result wait for it. Inside a
+/// compiled function being traced, records the op instead.
 pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
+    if inputs.iter().any(|t| t.trace_ref().is_some()) {
+        return crate::compile::record_op(op, inputs);
+    }
+    let node = crate::autograd::record(&op, inputs);
+    let mut outs = dispatch_all(op, inputs, device)?;
+    Ok(outs.swap_remove(0).with_node(node))
+}
+
+/// [`dispatch`] for ops with any number of outputs (a compiled function's call).
+pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<SmallVec<[Tensor; 1]>> {
     let start = Instant::now();
     let g = global();
     if g.interrupted.load(Ordering::Relaxed) {
@@ -299,18 +316,27 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
         ));
     }
     let dev = rt.device(device)?;
+    // A compiled function has several outputs; every other op one (its info's).
+    let program = match &op {
+        Op::Call(p) => Some(p.clone()),
+        _ => None,
+    };
     let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
     let (exe, info, outcome, compile_ns) = executable(&rt, key, start)?;
     let exec_start = Instant::now();
-    let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().raw()).collect();
+    let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().map(|b| b.raw())).collect::<Result<_>>()?;
     let mut out = SmallVec::new();
     // A closure, not Error::pjrt(..): the signature is formatted only on failure.
     let done = exe.execute(&args, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
-    let buffer = out.pop().expect("every op has one output");
     let completion = Arc::new(Completion::default());
-    let bytes = inputs.iter().map(|t| t.spec().size_in_bytes()).sum::<usize>() + info.output.size_in_bytes();
+    let out_bytes = match &program {
+        Some(p) => p.outputs.iter().map(Spec::size_in_bytes).sum(),
+        None => info.output.size_in_bytes(),
+    };
+    let bytes = inputs.iter().map(|t| t.spec().size_in_bytes()).sum::<usize>() + out_bytes;
     let seq = g.profiler.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes as u64);
+    let first = out.first().expect("every op has an output");
     if let Some(done) = done {
         let enqueued_at = g.profiler.ns_since(exec_start);
         let inputs_done: SmallVec<[Arc<Completion>; 3]> = inputs.iter().map(|t| t.completion().clone()).collect();
@@ -338,13 +364,35 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
         if registered.is_err() {
             // The plugin cannot call back: fall back to waiting here.
             g.pending.fetch_sub(1, Ordering::AcqRel);
-            buffer.wait_ready().map_err(|e| completion.read_error(&info.signature(), e))?;
+            first.wait_ready().map_err(|e| completion.read_error(&info.signature(), e))?;
             completion.ready_ns.store(g.profiler.now_ns().max(1), Ordering::Release);
         }
     } else {
         completion.ready_ns.store(g.profiler.now_ns().max(1), Ordering::Release);
     }
-    Ok(Tensor::from_parts(buffer, info.output.clone(), device, rt, Some(info), completion))
+    let specs: SmallVec<[Spec; 1]> = match &program {
+        Some(p) => p.outputs.iter().cloned().collect(),
+        None => smallvec::smallvec![info.output.clone()],
+    };
+    Ok(out
+        .into_iter()
+        .zip(specs)
+        .map(|(buffer, spec)| Tensor::from_parts(buffer, spec, device, rt.clone(), Some(info.clone()), completion.clone()))
+        .collect())
+}
+
+/// A fresh `u64[2]` random state on `device` (inside a trace: a parameter drawn per call).
+pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
+    if let Some(t) = crate::compile::traced_rng_state(device) {
+        return Ok(t);
+    }
+    let state = next_rng_state();
+    upload(crate::dtype::as_bytes(&state), Spec::new(&[2], DType::U64), device)
+}
+
+/// This thread's gradient mode (the process-wide state).
+pub(crate) fn grad_mode() -> &'static crate::autograd::GradMode {
+    &global().grad_mode
 }
 
 /// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.
@@ -370,7 +418,7 @@ pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor>
 pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
     let start = Instant::now();
     let mut bytes = vec![0u8; t.spec().size_in_bytes()];
-    t.buffer().to_host(&mut bytes).map_err(|e| t.completion().read_error(&t.describe(), e))?;
+    t.buffer()?.to_host(&mut bytes).map_err(|e| t.completion().read_error(&t.describe(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::DeviceToHost, "to_host", t.spec(), t.device(), start, ns);
     Ok(bytes)
@@ -388,7 +436,7 @@ pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
     let rt = t.runtime().clone();
     let dev = rt.device(device)?;
     let start = Instant::now();
-    let buffer = t.buffer().copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
+    let buffer = t.buffer()?.copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
     buffer.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::DeviceToDevice, "to_device", t.spec(), device, start, ns);

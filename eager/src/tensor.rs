@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 use crate::ops::{Binary, Compare, Dims, Dist, Op, Reduce, Unary};
 use crate::pjrt::Buffer;
 use crate::profiler::OpInfo;
+use crate::autograd::GradState;
+use crate::compile::TraceRef;
 use crate::runtime::{self, dispatch, Completion, Runtime};
 use crate::shape::{resolve_dim, Shape, Spec};
 
@@ -21,17 +23,25 @@ use crate::shape::{resolve_dim, Shape, Spec};
 #[derive(Clone)]
 pub struct Tensor {
     inner: Arc<Inner>,
+    /// Autograd state: `None` for tensors no gradient flows through (most of them, so the
+    /// dispatch hit path allocates nothing for it).
+    autograd: Option<Arc<GradState>>,
 }
 
 struct Inner {
-    buffer: Buffer,
+    /// The device buffer; `None` for a tensor traced inside a compiled function.
+    buffer: Option<Buffer>,
     spec: Spec,
     device: Device,
     runtime: Arc<Runtime>,
     /// The op that made it (`None` for uploads and copies): named when its result fails.
     producer: Option<Arc<OpInfo>>,
     completion: Arc<Completion>,
+    /// Where it lives in the function being traced, for a traced tensor.
+    traced: Option<TraceRef>,
 }
+
+static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
 
 impl Tensor {
     pub(crate) fn from_parts(
@@ -42,7 +52,75 @@ impl Tensor {
         producer: Option<Arc<OpInfo>>,
         completion: Arc<Completion>,
     ) -> Tensor {
-        Tensor { inner: Arc::new(Inner { buffer, spec, device, runtime, producer, completion }) }
+        let inner = Inner { buffer: Some(buffer), spec, device, runtime, producer, completion, traced: None };
+        Tensor { inner: Arc::new(inner), autograd: None }
+    }
+
+    /// A tensor standing for value `traced` of the function being traced.
+    pub(crate) fn traced(traced: TraceRef, spec: Spec, device: Device, runtime: Arc<Runtime>) -> Tensor {
+        let inner = Inner { buffer: None, spec, device, runtime, producer: None, completion: Completion::ready(), traced: Some(traced) };
+        Tensor { inner: Arc::new(inner), autograd: None }
+    }
+
+    pub(crate) fn trace_ref(&self) -> Option<&TraceRef> {
+        self.inner.traced.as_ref()
+    }
+
+    /// This tensor with the result's autograd node (if any) attached. Bool and integer
+    /// results get none, as in torch: no gradient flows through them.
+    pub(crate) fn with_node(mut self, node: Option<Box<crate::autograd::Node>>) -> Tensor {
+        if let Some(node) = node.filter(|_| self.dtype().is_float()) {
+            self.autograd = Some(Arc::new(GradState { node: Some(node), ..Default::default() }));
+        }
+        self
+    }
+
+    pub(crate) fn grad_state(&self) -> &GradState {
+        match &self.autograd {
+            Some(s) => s,
+            None => NO_GRAD_STATE.get_or_init(GradState::default),
+        }
+    }
+
+    /// With a fresh autograd state (for `set_requires_grad` on a tensor that had none).
+    pub(crate) fn with_fresh_grad_state(&self) -> Tensor {
+        Tensor { inner: self.inner.clone(), autograd: Some(Arc::new(GradState::default())) }
+    }
+
+    pub(crate) fn has_grad_state(&self) -> bool {
+        self.autograd.is_some()
+    }
+
+    /// Same data, no autograd state.
+    pub(crate) fn detached(&self) -> Tensor {
+        Tensor { inner: self.inner.clone(), autograd: None }
+    }
+
+    /// Identity of this tensor in a backward pass: its autograd state, else its data.
+    pub(crate) fn identity(&self) -> usize {
+        match &self.autograd {
+            Some(s) => Arc::as_ptr(s) as usize,
+            None => Arc::as_ptr(&self.inner) as usize,
+        }
+    }
+
+    /// Identity of the data (the same for a tensor and its detached copies).
+    pub(crate) fn data_identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// The device buffer; an error for a traced tensor, which has values only when the
+    /// compiled function runs.
+    pub(crate) fn buffer(&self) -> Result<&Buffer> {
+        self.inner.buffer.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "read",
+                format!("{} is traced inside a compiled function: it has values only when the function runs; return it instead of reading it", self.spec()),
+            )
+        })
+    }
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.inner.runtime
     }
 
     pub(crate) fn completion(&self) -> &Arc<Completion> {
@@ -60,15 +138,8 @@ impl Tensor {
     /// Waits until the op that makes this tensor has finished on the device (dispatch is
     /// asynchronous; reads wait by themselves). Reports the op's failure, if it failed.
     pub fn block_until_ready(&self) -> Result<&Tensor> {
-        self.buffer().wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
+        self.buffer()?.wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
         Ok(self)
-    }
-
-    pub(crate) fn buffer(&self) -> &Buffer {
-        &self.inner.buffer
-    }
-    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
-        &self.inner.runtime
     }
     pub fn spec(&self) -> &Spec {
         &self.inner.spec
@@ -202,8 +273,7 @@ impl Tensor {
     }
 
     pub fn random_on(dist: Dist, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let state = runtime::next_rng_state();
-        let s = runtime::upload(as_bytes(&state), Spec::new(&[2], DType::U64), device)?;
+        let s = runtime::rng_state_tensor(device)?;
         dispatch(Op::Random { dist, shape: shape.into(), dtype }, &[&s], None)
     }
 

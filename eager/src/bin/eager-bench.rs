@@ -5,6 +5,7 @@
 //!   PJRT layer alone, against our cached `Tensor::add` (and the parts of our hit path);
 //! - a 100-op chain of mixed ops and a 3-layer MLP forward (ops/s, passes/s);
 //! - first calls: compiled cold, and loaded from the disk cache in a fresh process;
+//! - training steps/s of an MLP 784-256-10, batch 64 (SGD), eager and compiled into one program;
 //! - matmul 1024 f32 GFLOP/s, ours against the raw execute;
 //! - resident memory after 1 000 000 ops.
 
@@ -119,6 +120,8 @@ struct Report {
     mlp_forward_per_s: f64,
     first_call_cold: Vec<FirstCall>,
     first_call_disk: Vec<FirstCall>,
+    train_mlp_784_256_10_eager_steps_per_s: f64,
+    train_mlp_784_256_10_compiled_steps_per_s: f64,
     matmul_1024_gflops: f64,
     matmul_1024_raw_gflops: f64,
     memory_ops: usize,
@@ -189,6 +192,34 @@ fn mlp_forward(x: &Tensor, layers: &[(Tensor, Tensor)]) -> Result<Tensor> {
         }
     }
     Ok(h)
+}
+
+/// Steps per second of SGD on an MLP 784-256-10 with batch 64, eager then compiled.
+fn train_steps_per_s() -> Result<(f64, f64)> {
+    use eager::nn::{self, Linear, Module, Relu, Sequential};
+    use eager::optim::{Optimizer, Sgd};
+    manual_seed(1);
+    let model = Sequential::new().add(Linear::new(784, 256)?).add(Relu).add(Linear::new(256, 10)?);
+    let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
+    let x = Tensor::rand(&[64, 784], DType::F32)?;
+    let y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
+    let step = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+        let loss = nn::cross_entropy(&model.forward(x)?, y)?;
+        loss.backward()?;
+        sgd.step()?;
+        sgd.zero_grad();
+        Ok(loss)
+    };
+    step(&x, &y)?.block_until_ready()?;
+    let eager_us = time_calls(100, || {
+        step(&x, &y).unwrap().block_until_ready().unwrap();
+    });
+    let compiled = compile("train_step", |a: &[Tensor]| Ok(vec![step(&a[0], &a[1])?]));
+    compiled.call(&[&x, &y])?[0].block_until_ready()?;
+    let compiled_us = time_calls(100, || {
+        compiled.call(&[&x, &y]).unwrap()[0].block_until_ready().unwrap();
+    });
+    Ok((1e6 / eager_us, 1e6 / compiled_us))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -271,6 +302,12 @@ fn main() -> anyhow::Result<()> {
     r.mlp_forward_ms = mlp_us / 1e3;
     r.mlp_forward_per_s = 1e6 / mlp_us;
 
+    // Training steps of an MLP 784-256-10, batch 64: eager (every op dispatched) and compiled
+    // (the same step traced into one program).
+    let (eager_steps, compiled_steps) = train_steps_per_s()?;
+    r.train_mlp_784_256_10_eager_steps_per_s = eager_steps;
+    r.train_mlp_784_256_10_compiled_steps_per_s = compiled_steps;
+
     // First calls in fresh processes: compiled (empty disk cache), then loaded from it.
     let dir = std::env::temp_dir().join(format!("eager-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -331,6 +368,7 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     println!("\nthroughput (result read back or awaited):");
     println!("  100-op chain (mul add tanh max sub, f32[256]): {:7.3} ms = {:9.0} ops/s", r.chain_100_ops_ms, r.chain_ops_per_s);
     println!("  MLP 784-256-128-10 forward, batch 64:          {:7.3} ms = {:9.0} passes/s", r.mlp_forward_ms, r.mlp_forward_per_s);
+    println!("  MLP 784-256-10 train step, batch 64, SGD:      {:9.0} steps/s eager, {:9.0} steps/s compiled", r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s);
     println!("\nfirst call in a fresh process (get the executable / whole call):");
     println!("  {:<18} {:>22} {:>26}", "op", "cold: compile", "disk cache: load");
     for (c, d) in r.first_call_cold.iter().zip(&r.first_call_disk) {

@@ -1,0 +1,353 @@
+//! Compiled functions (the role of `jax.jit` / `torch_xla.compile`): a closure over tensors is
+//! traced once per input signature — every op it dispatches is recorded instead of run — and
+//! the recording becomes one StableHLO module, emitted op by op by the same definitions the
+//! eager ops use. It then runs as one executable, cached (in memory and on disk) like a single
+//! op, and shows in the profiler as one slice.
+//!
+//! What a traced function reads becomes an input of the program: its arguments, tensors it
+//! captured, [`Var`]s (read at every call) and fresh random state (drawn at every call).
+//! Setting a Var becomes an output written back after the call. Ops on tensors that are all
+//! known at trace time run eagerly once and their results are captured.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use smallvec::SmallVec;
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::{Op, Program, ValueDef};
+use crate::runtime::{self, Runtime};
+use crate::shape::Spec;
+use crate::tensor::Tensor;
+use crate::var::Var;
+
+/// Where a traced tensor lives: its trace and its value number there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TraceRef {
+    trace: u64,
+    value: usize,
+}
+
+/// What feeds one parameter of a compiled program at each call.
+#[derive(Clone)]
+enum Source {
+    /// The i-th argument of the call.
+    Arg(usize),
+    /// A tensor the function captured (or made from captured data while tracing).
+    Captured(Tensor),
+    /// The value of a Var at the time of the call.
+    Var(Var),
+    /// Fresh random-number state (`u64[2]`), drawn at every call.
+    Rng,
+}
+
+/// The function being traced.
+struct Recording {
+    id: u64,
+    thread: ThreadId,
+    device: Device,
+    runtime: Arc<Runtime>,
+    /// Every value: a parameter or an op's result.
+    values: Vec<(ValueDef, Spec)>,
+    /// What feeds each parameter, in parameter order.
+    sources: Vec<Source>,
+    /// Captured tensors (by data identity) -> value.
+    captured: HashMap<usize, usize>,
+    /// Vars read or written so far (by slot identity) -> their traced value now.
+    vars: HashMap<usize, Tensor>,
+    /// Vars written, with the value written last, in first-write order.
+    writes: Vec<(Var, usize)>,
+    ops: usize,
+}
+
+/// The process-wide tracing state (in the shared runtime state, so every REPL cell's copy
+/// of the library sees one).
+#[derive(Default)]
+pub(crate) struct Tracer {
+    /// Whether a trace is running: checked before taking the lock.
+    active: AtomicBool,
+    recording: Mutex<Option<Recording>>,
+    /// Serializes traces: one function is traced at a time.
+    one_at_a_time: Mutex<()>,
+    next_id: AtomicU64,
+}
+
+fn tracer() -> &'static Tracer {
+    &runtime::global().tracer
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `f` on the recording of this thread's trace, if this thread is tracing.
+fn with_recording<T>(f: impl FnOnce(&mut Recording) -> T) -> Option<T> {
+    let t = tracer();
+    if !t.active.load(Ordering::Acquire) {
+        return None;
+    }
+    let mut rec = lock(&t.recording);
+    match rec.as_mut() {
+        Some(r) if r.thread == std::thread::current().id() => Some(f(r)),
+        _ => None,
+    }
+}
+
+impl Recording {
+    fn add_value(&mut self, def: ValueDef, spec: Spec) -> usize {
+        self.values.push((def, spec));
+        self.values.len() - 1
+    }
+
+    fn add_param(&mut self, source: Source, spec: Spec) -> usize {
+        let index = self.sources.len();
+        self.sources.push(source);
+        self.add_value(ValueDef::Param(index), spec)
+    }
+
+    fn tensor(&self, value: usize) -> Tensor {
+        let spec = self.values[value].1.clone();
+        Tensor::traced(TraceRef { trace: self.id, value }, spec, self.device, self.runtime.clone())
+    }
+
+    /// The value standing for `t` in this trace: its own if traced here, else `t` captured.
+    fn value_of(&mut self, t: &Tensor, op: &'static str) -> Result<usize> {
+        match t.trace_ref() {
+            Some(r) if r.trace == self.id => Ok(r.value),
+            Some(_) => Err(Error::invalid(op, "a tensor traced in another compiled function was used here: return it from that function instead")),
+            None => {
+                if t.device() != self.device {
+                    return Err(Error::invalid(op, format!("a compiled function runs on one device: {} is on {}, the function on {}", t.spec(), t.device(), self.device)));
+                }
+                if let Some(&v) = self.captured.get(&t.data_identity()) {
+                    return Ok(v);
+                }
+                let v = self.add_param(Source::Captured(t.detach()), t.spec().clone());
+                self.captured.insert(t.data_identity(), v);
+                Ok(v)
+            }
+        }
+    }
+}
+
+/// Records `op` on `inputs` (at least one of them traced) into this thread's trace.
+pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let name = op.name();
+    let node_inputs: SmallVec<[Tensor; 3]>;
+    let out = with_recording(|rec| -> Result<Tensor> {
+        let values: SmallVec<[usize; 3]> = inputs.iter().map(|t| rec.value_of(t, name)).collect::<Result<_>>()?;
+        let specs: SmallVec<[Spec; 3]> = values.iter().map(|&v| rec.values[v].1.clone()).collect();
+        if matches!(op, Op::Call(_)) {
+            return Err(Error::invalid(name, "calling a compiled function inside another is not supported: call its closure instead"));
+        }
+        let spec = op.infer(&specs)?;
+        let v = rec.add_value(ValueDef::Op { op: op.clone(), inputs: values }, spec);
+        rec.ops += 1;
+        Ok(rec.tensor(v))
+    })
+    .unwrap_or_else(|| Err(Error::invalid(name, "a tensor traced inside a compiled function was used after the function returned; use the outputs of its call")))?;
+    // Gradients flow inside the trace through traced tensors only: a captured tensor is a
+    // constant of the program (parameters to train are Vars or arguments).
+    node_inputs = inputs.iter().map(|t| if t.trace_ref().is_some() { (*t).clone() } else { t.detach() }).collect();
+    let refs: SmallVec<[&Tensor; 3]> = node_inputs.iter().collect();
+    Ok(out.with_node(crate::autograd::record(&op, &refs)))
+}
+
+/// Inside a trace, the traced value of `var` (read once per trace, then what was last set).
+pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
+    with_recording(|rec| {
+        if let Some(t) = rec.vars.get(&var.id()) {
+            return t.clone();
+        }
+        let current = var.current();
+        let v = rec.add_param(Source::Var(var.clone()), current.spec().clone());
+        let mut t = rec.tensor(v);
+        if var.is_parameter() {
+            t = t.set_requires_grad(true).expect("parameters are floating point");
+        }
+        rec.vars.insert(var.id(), t.clone());
+        t
+    })
+}
+
+/// Inside a trace, records that `var` is set to `value` (returns false outside a trace).
+pub(crate) fn write_var(var: &Var, value: &Tensor) -> Result<bool> {
+    with_recording(|rec| -> Result<bool> {
+        let v = rec.value_of(value, "Var::set")?;
+        let current = var.current();
+        if rec.values[v].1 != *current.spec() {
+            return Err(Error::shape(
+                "Var::set",
+                format!("{} holds {}; a compiled function cannot change it to {}", var.name(), current.spec(), rec.values[v].1),
+            ));
+        }
+        rec.vars.insert(var.id(), value.clone());
+        match rec.writes.iter_mut().find(|(w, _)| w.id() == var.id()) {
+            Some(w) => w.1 = v,
+            None => rec.writes.push((var.clone(), v)),
+        }
+        Ok(true)
+    })
+    .unwrap_or(Ok(false))
+}
+
+/// Inside a trace, a traced parameter fed with fresh random state at every call.
+pub(crate) fn traced_rng_state(device: Device) -> Option<Tensor> {
+    with_recording(|rec| {
+        let _ = device;
+        let v = rec.add_param(Source::Rng, Spec::new(&[2], DType::U64));
+        rec.tensor(v)
+    })
+}
+
+/// One trace of a compiled function: its program and what feeds it.
+struct Traced {
+    program: Arc<Program>,
+    sources: Vec<Source>,
+    /// Outputs the function returned (the rest are Var writes).
+    returned: usize,
+    writes: Vec<Var>,
+}
+
+/// A function compiled into one executable per input signature. Create with [`compile`].
+pub struct Compiled<F> {
+    name: &'static str,
+    f: F,
+    traces: Mutex<HashMap<(SmallVec<[Spec; 4]>, Device), Arc<Traced>>>,
+}
+
+/// Compiles `f`: the first call with given argument shapes and dtypes traces it into one
+/// StableHLO program; every call runs that program as one executable. `f` must compute its
+/// results from its arguments, captured tensors and [`Var`]s with eager ops only (no reads of
+/// values to the host, which do not exist while tracing).
+pub fn compile<F>(name: &str, f: F) -> Compiled<F>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    Compiled { name: intern(name), f, traces: Mutex::new(HashMap::new()) }
+}
+
+/// Program names are few: each distinct one is leaked once (op names are `&'static str`).
+fn intern(name: &str) -> &'static str {
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut names = lock(&NAMES);
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.to_string().into_boxed_str());
+    names.push(n);
+    n
+}
+
+impl<F> Compiled<F>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    /// Runs the compiled function on `args` (tracing and compiling it first for a new
+    /// signature). Returns what the function returned; Vars it set are updated.
+    pub fn call(&self, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let device = args.first().map(|t| t.device()).unwrap_or_else(runtime::default_device);
+        let key = (args.iter().map(|t| t.spec().clone()).collect(), device);
+        let cached = lock(&self.traces).get(&key).cloned();
+        let traced = match cached {
+            // Vars read by the program must still have the shapes it was traced with.
+            Some(t) if vars_match(&t) => t,
+            _ => {
+                let t = Arc::new(self.trace(args, device)?);
+                lock(&self.traces).insert(key, t.clone());
+                t
+            }
+        };
+        run(&traced, args)
+    }
+
+    /// Number of signatures traced so far.
+    pub fn traces(&self) -> usize {
+        lock(&self.traces).len()
+    }
+
+    /// The StableHLO text of the program for `args` (tracing it if needed), for inspection.
+    pub fn program_text(&self, args: &[&Tensor]) -> Result<String> {
+        let device = args.first().map(|t| t.device()).unwrap_or_else(runtime::default_device);
+        Ok(self.trace(args, device)?.program.text.clone())
+    }
+
+    fn trace(&self, args: &[&Tensor], device: Device) -> Result<Traced> {
+        let t = tracer();
+        let _one = lock(&t.one_at_a_time);
+        let rt = runtime::runtime(device.kind)?;
+        let id = t.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut rec = Recording {
+            id,
+            thread: std::thread::current().id(),
+            device,
+            runtime: rt,
+            values: Vec::new(),
+            sources: Vec::new(),
+            captured: HashMap::new(),
+            vars: HashMap::new(),
+            writes: Vec::new(),
+            ops: 0,
+        };
+        let arg_tensors: Vec<Tensor> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let v = rec.add_param(Source::Arg(i), a.spec().clone());
+                let traced = rec.tensor(v);
+                // An argument that requires gradients is differentiable inside the function.
+                if a.requires_grad() { traced.set_requires_grad(true) } else { Ok(traced) }
+            })
+            .collect::<Result<_>>()?;
+        *lock(&t.recording) = Some(rec);
+        t.active.store(true, Ordering::Release);
+        let returned = (self.f)(&arg_tensors);
+        t.active.store(false, Ordering::Release);
+        let mut rec = lock(&t.recording).take().expect("the recording of this trace");
+        let returned = returned?;
+        let mut outputs = Vec::with_capacity(returned.len() + rec.writes.len());
+        for r in &returned {
+            outputs.push(rec.value_of(r, self.name)?);
+        }
+        let writes: Vec<Var> = rec.writes.iter().map(|(v, _)| v.clone()).collect();
+        outputs.extend(rec.writes.iter().map(|(_, value)| *value));
+        if outputs.is_empty() {
+            return Err(Error::invalid(self.name, "a compiled function must return a tensor or set a Var"));
+        }
+        let program = Program::new(self.name, &rec.values, rec.sources.len(), &outputs, rec.ops);
+        Ok(Traced { program: Arc::new(program), sources: std::mem::take(&mut rec.sources), returned: returned.len(), writes })
+    }
+}
+
+/// Whether every Var the program reads still has the spec it was traced with.
+fn vars_match(t: &Traced) -> bool {
+    t.sources.iter().zip(&t.program.params).all(|(s, spec)| match s {
+        Source::Var(v) => v.current().spec() == spec,
+        _ => true,
+    })
+}
+
+fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let device = args.first().map(|a| a.device()).unwrap_or_else(runtime::default_device);
+    let inputs: Vec<Tensor> = t
+        .sources
+        .iter()
+        .map(|s| match s {
+            Source::Arg(i) => Ok(args[*i].detach()),
+            Source::Captured(c) => Ok(c.clone()),
+            Source::Var(v) => Ok(v.current().detach()),
+            Source::Rng => runtime::rng_state_tensor(device),
+        })
+        .collect::<Result<_>>()?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let mut outs = runtime::dispatch_all(Op::Call(t.program.clone()), &refs, Some(device))?.into_vec();
+    let written = outs.split_off(t.returned);
+    for (var, value) in t.writes.iter().zip(written) {
+        var.set(value)?;
+    }
+    Ok(outs)
+}

@@ -1,0 +1,149 @@
+//! Optimizers (as torch.optim): they read each parameter's gradient and set its new value.
+//! Their state (momentum, moments, step count) lives in [`Var`]s and is computed on the device,
+//! so a step inside a compiled function reads and writes it like the parameters.
+
+use crate::autograd::no_grad;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use crate::var::Var;
+
+pub trait Optimizer {
+    /// Updates every parameter that has a gradient.
+    fn step(&self) -> Result<()>;
+
+    /// Forgets every parameter's gradient.
+    fn zero_grad(&self);
+}
+
+fn zero_state(p: &Var, what: &str) -> Result<Var> {
+    Ok(Var::new(format!("{}.{what}", p.name()), p.get().zeros_like()?))
+}
+
+/// Stochastic gradient descent with optional momentum and weight decay (torch's `SGD`:
+/// `v = μ v + g`, `p -= lr v`).
+pub struct Sgd {
+    params: Vec<Var>,
+    pub lr: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    velocity: Vec<Option<Var>>,
+}
+
+impl Sgd {
+    pub fn new(params: Vec<Var>, lr: f64) -> Sgd {
+        Sgd::with_momentum(params, lr, 0.0).expect("no state to create")
+    }
+
+    pub fn with_momentum(params: Vec<Var>, lr: f64, momentum: f64) -> Result<Sgd> {
+        let velocity = params
+            .iter()
+            .map(|p| if momentum != 0.0 { zero_state(p, "velocity").map(Some) } else { Ok(None) })
+            .collect::<Result<_>>()?;
+        Ok(Sgd { params, lr, momentum, weight_decay: 0.0, velocity })
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&self) -> Result<()> {
+        no_grad(|| {
+            for (p, v) in self.params.iter().zip(&self.velocity) {
+                let Some(mut g) = p.grad() else { continue };
+                let value = p.get();
+                if self.weight_decay != 0.0 {
+                    g = g.add(&value.mul_scalar(self.weight_decay)?)?;
+                }
+                if let Some(v) = v {
+                    g = v.get().mul_scalar(self.momentum)?.add(&g)?;
+                    v.set(g.clone())?;
+                }
+                p.set(value.sub(&g.mul_scalar(self.lr)?)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn zero_grad(&self) {
+        self.params.iter().for_each(Var::zero_grad);
+    }
+}
+
+/// Adam, and AdamW with decoupled weight decay (torch's `Adam` / `AdamW`), bias-corrected.
+pub struct Adam {
+    params: Vec<Var>,
+    pub lr: f64,
+    pub betas: (f64, f64),
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// AdamW: decay the weights directly instead of adding to the gradient.
+    decoupled: bool,
+    m: Vec<Var>,
+    v: Vec<Var>,
+    /// Steps taken, an f32 scalar on the device (so a compiled step counts too).
+    t: Var,
+}
+
+impl Adam {
+    pub fn new(params: Vec<Var>, lr: f64) -> Result<Adam> {
+        Adam::build(params, lr, 0.0, false)
+    }
+
+    /// AdamW with `weight_decay` (torch's default is 0.01).
+    pub fn adamw(params: Vec<Var>, lr: f64, weight_decay: f64) -> Result<Adam> {
+        Adam::build(params, lr, weight_decay, true)
+    }
+
+    fn build(params: Vec<Var>, lr: f64, weight_decay: f64, decoupled: bool) -> Result<Adam> {
+        let m = params.iter().map(|p| zero_state(p, "exp_avg")).collect::<Result<_>>()?;
+        let v = params.iter().map(|p| zero_state(p, "exp_avg_sq")).collect::<Result<_>>()?;
+        let device = params.first().map(|p| p.get().device()).unwrap_or_else(crate::default_device);
+        let t = Var::new("adam.step", Tensor::full_on(&[], 0.0, DType::F32, device)?);
+        Ok(Adam { params, lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay, decoupled, m, v, t })
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> Result<u64> {
+        Ok(self.t.get().item::<f32>()? as u64)
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&self) -> Result<()> {
+        let (b1, b2) = self.betas;
+        if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) {
+            return Err(Error::invalid("adam", format!("betas must be in [0, 1), got ({b1}, {b2})")));
+        }
+        no_grad(|| {
+            let t = self.t.get().add_scalar(1.0)?;
+            self.t.set(t.clone())?;
+            for ((p, m), v) in self.params.iter().zip(&self.m).zip(&self.v) {
+                let Some(mut g) = p.grad() else { continue };
+                let mut value = p.get();
+                let dt = value.dtype();
+                if self.weight_decay != 0.0 {
+                    if self.decoupled {
+                        value = value.mul_scalar(1.0 - self.lr * self.weight_decay)?;
+                    } else {
+                        g = g.add(&value.mul_scalar(self.weight_decay)?)?;
+                    }
+                }
+                let m_new = m.get().mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?;
+                let v_new = v.get().mul_scalar(b2)?.add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?;
+                m.set(m_new.clone())?;
+                v.set(v_new.clone())?;
+                // Bias corrections 1 - β^t, on the device (t is a device scalar).
+                let tt = t.to_dtype(dt)?;
+                let c1 = Tensor::full_on(&[], b1, dt, tt.device())?.pow(&tt)?.neg()?.add_scalar(1.0)?;
+                let c2 = Tensor::full_on(&[], b2, dt, tt.device())?.pow(&tt)?.neg()?.add_scalar(1.0)?;
+                let denom = v_new.div(&c2)?.sqrt()?.add_scalar(self.eps)?;
+                let update = m_new.div(&c1)?.div(&denom)?.mul_scalar(self.lr)?;
+                p.set(value.sub(&update)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn zero_grad(&self) {
+        self.params.iter().for_each(Var::zero_grad);
+    }
+}

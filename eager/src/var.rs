@@ -1,0 +1,102 @@
+//! [`Var`]: a named, mutable slot holding a tensor — model parameters and optimizer state.
+//! Tensors themselves never change; a training step computes new ones and sets the slots.
+//! Inside a compiled function, reading a Var becomes an input of the compiled program and
+//! setting it an output, so the same step code runs eager or compiled.
+
+use std::sync::{Arc, Mutex};
+
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// A named, shared, mutable tensor slot. Cloning shares the slot.
+#[derive(Clone)]
+pub struct Var {
+    inner: Arc<VarInner>,
+}
+
+struct VarInner {
+    name: String,
+    /// Parameters are leaves that require gradients.
+    parameter: bool,
+    value: Mutex<Tensor>,
+}
+
+impl Var {
+    /// A slot for state that takes no gradient (optimizer moments, step counters, buffers).
+    pub fn new(name: impl Into<String>, value: Tensor) -> Var {
+        Var { inner: Arc::new(VarInner { name: name.into(), parameter: false, value: Mutex::new(value.detach()) }) }
+    }
+
+    /// A trainable parameter: its value is a leaf that requires gradients.
+    pub fn parameter(name: impl Into<String>, value: Tensor) -> Result<Var> {
+        let leaf = value.detach().set_requires_grad(true)?;
+        Ok(Var { inner: Arc::new(VarInner { name: name.into(), parameter: true, value: Mutex::new(leaf) }) })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub fn is_parameter(&self) -> bool {
+        self.inner.parameter
+    }
+
+    /// The current value (inside a compiled function: the value traced for this call).
+    pub fn get(&self) -> Tensor {
+        if let Some(t) = crate::compile::read_var(self) {
+            return t;
+        }
+        self.current()
+    }
+
+    /// The value in the slot, whatever is being traced.
+    pub(crate) fn current(&self) -> Tensor {
+        self.inner.value.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the value (same shape and dtype expected by compiled functions that read it;
+    /// they retrace otherwise). A parameter's new value is a fresh leaf that keeps the
+    /// accumulated gradient, as an in-place update in torch does.
+    pub fn set(&self, value: Tensor) -> Result<()> {
+        let value = if self.inner.parameter {
+            let grad = self.get().grad();
+            let leaf = value.detach().set_requires_grad(true)?;
+            if let Some(g) = grad {
+                *leaf.grad_state().grad.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
+            }
+            leaf
+        } else {
+            value.detach()
+        };
+        if crate::compile::write_var(self, &value)? {
+            return Ok(());
+        }
+        self.set_current(value);
+        Ok(())
+    }
+
+    pub(crate) fn set_current(&self, value: Tensor) {
+        *self.inner.value.lock().unwrap_or_else(|p| p.into_inner()) = value;
+    }
+
+    /// The gradient accumulated into the current value, if any.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.get().grad()
+    }
+
+    pub fn zero_grad(&self) {
+        self.get().zero_grad()
+    }
+
+    /// Identity of the slot.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+}
+
+impl std::fmt::Debug for Var {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.current();
+        write!(f, "Var({}: {} on {}{})", self.name(), v.spec(), v.device(), if self.inner.parameter { ", parameter" } else { "" })
+    }
+}
