@@ -31,6 +31,27 @@
 //!   each a [`Chart`] with [`Chart::svg`], [`Chart::png`], [`Chart::write_svg`],
 //!   [`Chart::write_png`]. Colours and fonts live in [`style`]; PNG text comes from DejaVu
 //!   Sans embedded in the binary, so no system font library is needed.
+//! - comparison: [`compare`] puts named profiles side by side (say a training run
+//!   dispatched op by op and the same run compiled into one program per step): a
+//!   [`Comparison`] with [`Comparison::text`], [`Comparison::html`], the figures per run
+//!   ([`RunSummary`]) and a chart of one lane per run on a shared time axis, the same short
+//!   window of each run, and the totals.
+//! - line charts: [`line_chart`] draws named series against step (loss curves), a
+//!   [`LineChart`]; [`LineChart::series_xy`] for other x, [`LineChart::log_y`] for a log scale.
+//!
+//!   Charts, comparisons and line charts all draw with `svg`, `png`, `write_svg`,
+//!   `write_png` and `as_png`, and show themselves when they end an evcxr cell:
+//!
+//! ```no_run
+//! # let (eager_run, compiled_run) = (viz::Profile::default(), viz::Profile::default());
+//! # let (eager_loss, compiled_loss) = (vec![2.3f32, 0.9], vec![2.3f32, 0.9]);
+//! viz::line_chart("Training loss", "step", "loss", &[("eager", &eager_loss), ("compiled", &compiled_loss)])
+//!     .write_png("loss.png")?;
+//! let cmp = viz::compare(&[("eager", &eager_run), ("compiled", &compiled_run)]).steps(2);
+//! println!("{}", cmp.text());
+//! cmp.write_png("compare.png")?;
+//! # Ok::<(), viz::Error>(())
+//! ```
 //! - trace: [`Profile::trace_json`], [`Profile::write_trace`] (Perfetto, `chrome://tracing`).
 //! - hint: [`Profile::hints`], one line each, past [`RECOMPILE_THRESHOLD`] shapes per op.
 
@@ -43,7 +64,7 @@ mod table;
 mod trace;
 mod units;
 
-pub use chart::{Chart, ChartKind, PngImage};
+pub use chart::{compare, line_chart, Chart, ChartKind, Comparison, LineChart, PngImage, RunSummary};
 pub use error::{Error, Result};
 pub use hint::{Hint, RECOMPILE_THRESHOLD};
 pub use profile::{profile, start, Profile, Recorder};

@@ -27,6 +27,13 @@ pub const LOAD: RGBColor = RGBColor(0x8C, 0x56, 0x4B);
 pub const HIT: RGBColor = EXECUTE;
 pub const MISS: RGBColor = COMPILE;
 pub const DISK_HIT: RGBColor = LOAD;
+/// Wall time, in the comparison's totals: the window the dispatches fell in, no dispatch part.
+pub const WALL: RGBColor = RGBColor(0xA0, 0xA0, 0xA0);
+/// Line-chart series (loss curves), in order, repeating past the last: green and wine for
+/// the common pair, then teal and olive. None is the orange, blue, purple or brown of
+/// compile, execute, transfer and load, so a curve never reads as a dispatch part.
+pub const SERIES: [RGBColor; 4] =
+    [RGBColor(0x22, 0x88, 0x33), RGBColor(0xAA, 0x33, 0x77), RGBColor(0x44, 0xAA, 0x99), RGBColor(0x99, 0x99, 0x33)];
 /// Text and axes.
 pub const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
 /// Secondary text (subtitles, notes).
@@ -75,8 +82,13 @@ impl Look {
     fn font(&self, size: u32) -> FontDesc<'static> {
         (FONT, self.px(size) as f64).into_font()
     }
+    /// Bold from the start: plotters' `FontDesc::style` keeps the regular face's metrics,
+    /// which would measure bold text too narrow.
+    fn bold(&self, size: u32) -> FontDesc<'static> {
+        (FONT, self.px(size) as f64, FontStyle::Bold).into_font()
+    }
     pub(crate) fn title(&self) -> TextStyle<'static> {
-        self.font(22).style(FontStyle::Bold).color(&INK)
+        self.bold(22).color(&INK)
     }
     pub(crate) fn subtitle(&self) -> TextStyle<'static> {
         self.font(15).color(&MUTED)
@@ -112,6 +124,14 @@ impl Look {
     pub(crate) fn legend(&self) -> TextStyle<'static> {
         self.font(15).color(&INK)
     }
+    /// Headings of the parts of a chart drawn in several parts.
+    pub(crate) fn heading(&self) -> TextStyle<'static> {
+        self.bold(15).color(&INK)
+    }
+    /// Lines of figures under a heading.
+    pub(crate) fn caption(&self) -> TextStyle<'static> {
+        self.font(14).color(&INK)
+    }
 
     /// Fills the background, writes the title, a muted subtitle and a legend (one swatch
     /// rectangle per entry) across the top, and returns the area below for the plot.
@@ -128,8 +148,7 @@ impl Look {
         let center = |s: TextStyle<'static>| s.pos(Pos::new(HPos::Center, VPos::Top));
         root.draw(&Text::new(title.to_string(), (w as i32 / 2, self.px(12) as i32), center(self.title())))?;
         // The subtitle shrinks to fit narrow charts rather than run off both edges.
-        let sub_w = root.estimate_text_size(subtitle, &self.subtitle())?.0 as f64;
-        let sub = self.font(15).resize(self.px(15) as f64 * (room / sub_w).min(1.0)).color(&MUTED);
+        let sub = fit(root, subtitle, self.subtitle(), room as u32)?;
         root.draw(&Text::new(subtitle.to_string(), (w as i32 / 2, self.px(42) as i32), center(sub)))?;
         // Legend entries side by side, centred: swatch, gap, label, spacing. Like the
         // subtitle, the whole legend shrinks to fit a narrow chart.
@@ -183,4 +202,18 @@ pub(crate) fn tick_format(max: f64, ticks: usize) -> impl Fn(&f64) -> String {
     let step = max / ticks.max(1) as f64;
     let decimals = if step >= 1.0 || step <= 0.0 { 0 } else { (-step.log10().floor()) as usize };
     move |v: &f64| format!("{v:.decimals$}")
+}
+
+/// `style` shrunk, if need be, so that `text` fits in `room` pixels.
+pub(crate) fn fit<DB: DrawingBackend>(
+    area: &Area<DB>,
+    text: &str,
+    mut style: TextStyle<'static>,
+    room: u32,
+) -> DrawResult<TextStyle<'static>, DB> {
+    let w = area.estimate_text_size(text, &style)?.0;
+    if w > room {
+        style.font = style.font.resize(style.font.get_size() * room as f64 / w as f64);
+    }
+    Ok(style)
 }

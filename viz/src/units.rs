@@ -29,6 +29,25 @@ pub(crate) fn sig3(v: f64) -> String {
     }
 }
 
+/// Any finite number in three significant digits (integers whole), no trailing zeros:
+/// `0.0312`, `-1.5`, `2048`, and `1.23e-5` or `4.56e7` far from 1.
+pub(crate) fn value(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 || !a.is_finite() {
+        return format!("{v}");
+    }
+    if !(1e-3..1e5).contains(&a) {
+        return format!("{v:.2e}").replace(".00e", "e");
+    }
+    let decimals = (2 - a.log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// `s` cut to `max` characters, ending in `…` when cut.
 pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
@@ -52,6 +71,14 @@ mod tests {
         assert_eq!(duration(12_345_678), "12.3 ms");
         assert_eq!(duration(1_234_000_000), "1.23 s");
         assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(value(0.03125), "0.0312");
+        assert_eq!(value(0.01), "0.01");
+        assert_eq!(value(-1.5), "-1.5");
+        assert_eq!(value(2048.0), "2048");
+        assert_eq!(value(12.345), "12.3");
+        assert_eq!(value(0.0000123), "1.23e-5");
+        assert_eq!(value(1e6), "1e6");
+        assert_eq!(value(0.0), "0");
         assert_eq!(truncate("abc", 4), "abc");
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use eager::profiler::{CacheOutcome, Event, EventKind, OpInfo};
 use eager::{DType, Device, Spec};
-use viz::style::{RGBColor, COMPILE, DISK_HIT, EXECUTE, HIT, LOAD, MISS, TRANSFER};
+use viz::style::{RGBColor, COMPILE, DISK_HIT, EXECUTE, HIT, LOAD, MISS, SERIES, TRANSFER, WALL};
 use viz::{ChartKind, Profile, RECOMPILE_THRESHOLD};
 
 fn info(name: &'static str, attrs: &str, shapes: &[&[usize]], device: Device) -> Arc<OpInfo> {
@@ -633,4 +633,331 @@ fn hint_counts_shapes_loaded_from_disk() {
         few.disk(&info("exp", "", &[&[n, 16]], Device::cpu()));
     }
     assert!(few.profile().hints().is_empty());
+}
+
+/// `steps` steps of add, mul, exp, sum dispatched one by one (compiled on the first step),
+/// and the same steps as one `train_step` dispatch each (compiled once, 150 µs a step).
+fn eager_and_compiled(steps: usize) -> (Profile, Profile) {
+    let cpu = Device::cpu();
+    let ops: Vec<_> = ["add", "mul", "exp", "sum"].iter().map(|&n| info(n, "", &[&[32, 8]], cpu)).collect();
+    let mut eager = Log::new();
+    for step in 0..steps {
+        for op in &ops {
+            eager.op(op, step == 0);
+        }
+    }
+    let train_step = info("train_step", "4 ops compiled into one", &[&[32, 8]], cpu);
+    let mut compiled = Log::new();
+    for step in 0..steps {
+        let (cache, compile) = if step == 0 { (CacheOutcome::Miss, 2_000_000) } else { (CacheOutcome::Hit, 0) };
+        compiled.push(EventKind::Op, &train_step, Some(cache), compile, 150_000);
+    }
+    (eager.profile(), compiled.profile())
+}
+
+/// The cells of the comparison table's row labelled `label` (cells are two spaces apart).
+fn row<'a>(text: &'a str, label: &str) -> Vec<&'a str> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(label) && l[label.len()..].starts_with("  "))
+        .unwrap_or_else(|| panic!("no {label:?} row in\n{text}"));
+    line[label.len()..].split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()
+}
+
+#[test]
+fn comparison_states_counts_and_times_per_run() {
+    let (eager, compiled) = eager_and_compiled(10);
+    let cmp = viz::compare(&[("eager", &eager), ("compiled", &compiled)]).steps(10);
+    let s = cmp.summaries();
+    assert_eq!(s.len(), 2);
+    let (e, c) = (&s[0], &s[1]);
+    assert_eq!((e.name.as_str(), e.op_dispatches, e.executables, e.transfers), ("eager", 40, 4, 0));
+    assert_eq!((c.name.as_str(), c.op_dispatches, c.executables, c.transfers), ("compiled", 10, 1, 0));
+    assert_eq!((e.compile_ns, e.execute_ns), (4 * 2_000_000, 40 * 50_000));
+    assert_eq!((c.compile_ns, c.execute_ns), (2_000_000, 10 * 150_000));
+    // Back to back with 20 µs of host time between dispatches.
+    assert_eq!(e.wall_ns, 8_000_000 + 2_000_000 + 39 * 20_000);
+    assert_eq!(c.wall_ns, 2_000_000 + 1_500_000 + 9 * 20_000);
+    assert_eq!(e.most_dispatched, Some(("add".to_string(), 10)));
+    assert_eq!(c.most_dispatched, Some(("train_step{4 ops compiled into one}".to_string(), 10)));
+    assert_eq!((e.dispatches_per_step(), c.dispatches_per_step()), (Some(4.0), Some(1.0)));
+    assert_eq!(e.steady_step_ns(), Some(278_000.0));
+    assert!((e.dispatches_per_second() - 40.0 / 10.78e-3).abs() < 1e-6);
+
+    let text = cmp.text();
+    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["eager", "compiled"]);
+    assert_eq!(row(&text, "op dispatches"), ["40", "10"]);
+    assert_eq!(row(&text, "  per step"), ["4", "1"]);
+    assert_eq!(row(&text, "distinct executables"), ["4", "1"]);
+    assert_eq!(row(&text, "most dispatched"), ["add ×10", "train_step{4 ops compiled into one} ×10"]);
+    assert_eq!(row(&text, "compile"), ["8.00 ms", "2.00 ms"]);
+    assert_eq!(row(&text, "device execute"), ["2.00 ms", "1.50 ms"]);
+    assert_eq!(row(&text, "wall"), ["10.8 ms", "3.68 ms"]);
+    assert_eq!(row(&text, "  per step, warm"), ["278 µs", "168 µs"]);
+    assert_eq!(row(&text, "dispatches / s"), ["3711", "2717"]);
+    assert!(!text.contains("load from disk"), "no load row without loads:\n{text}");
+    assert!(text.contains("compiled: 2.93× less wall time than eager, 4× fewer op dispatches"), "{text}");
+
+    let html = cmp.html();
+    let doc = roxmltree::Document::parse(&html).expect("the HTML is well-formed");
+    // The chart, as an image of the SVG.
+    let images: Vec<&str> =
+        doc.descendants().filter(|n| n.has_tag_name("img")).filter_map(|n| n.attribute("src")).collect();
+    assert_eq!(images.len(), 1);
+    let b64 = images[0].strip_prefix("data:image/svg+xml;base64,").expect("an SVG data URL");
+    use base64::Engine as _;
+    let svg = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).unwrap()).unwrap();
+    assert_eq!(svg, cmp.svg().unwrap());
+    let compile_row: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("tr"))
+        .find(|tr| tr.children().next().and_then(|td| td.text()) == Some("compile"))
+        .expect("a compile row")
+        .children()
+        .filter_map(|td| td.text())
+        .collect();
+    assert_eq!(compile_row, ["compile", "8.00 ms", "2.00 ms"]);
+}
+
+/// The `<rect>`s filled with `color`, grouped by their top edge: `(y, count)`, top first.
+fn rect_rows(svg: &str, color: RGBColor) -> Vec<(f64, usize)> {
+    let mut rows: Vec<(f64, usize)> = Vec::new();
+    for (_, y, _) in rect_boxes(svg, color) {
+        match rows.last_mut() {
+            Some((last, n)) if *last == y => *n += 1,
+            _ => rows.push((y, 1)),
+        }
+    }
+    rows
+}
+
+#[test]
+fn comparison_chart_has_a_lane_per_run() {
+    let (eager, compiled) = eager_and_compiled(10);
+    let cmp = viz::compare(&[("eager", &eager), ("compiled", &compiled)]).steps(10);
+    // One warm step of the slower run: eager's 4 ops, 70 µs apart with their gaps.
+    assert_eq!(cmp.zoom_ns(), 278_000);
+    let svg = cmp.svg().unwrap();
+    let (w, h) = cmp.default_size();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    assert_eq!(doc.root_element().attribute("height"), Some(h.to_string().as_str()));
+    assert_eq!(doc.root_element().attribute("width"), Some(w.to_string().as_str()));
+
+    // Top to bottom: the legend swatch, the whole runs (every dispatch), the zoom (one
+    // eager step against two compiled ones), the execute bar of each run's totals.
+    let counts: Vec<usize> = rect_rows(&svg, EXECUTE).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(counts, [1, 40, 10, 4, 2, 1, 1]);
+    // Compiles on the first step only: none in the warm window.
+    let counts: Vec<usize> = rect_rows(&svg, COMPILE).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(counts, [1, 4, 1, 1, 1]);
+    assert_eq!(rects(&svg, WALL), 1 + 2, "the legend swatch and a wall bar per run");
+
+    // Each lane is labelled with its run's name, level with it.
+    let labels = |name: &str| -> Vec<f64> {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("text") && n.text().map(str::trim) == Some(name))
+            .map(|n| n.attribute("y").unwrap().parse::<f64>().unwrap())
+            .collect()
+    };
+    let lanes = rect_rows(&svg, EXECUTE);
+    for (name, lane) in [("eager", 1), ("compiled", 2), ("eager", 3), ("compiled", 4)] {
+        let top = lanes[lane].0;
+        assert!(
+            labels(name).iter().any(|&y| y > top - 5.0 && y < top + 40.0),
+            "no {name} label by the lane at y {top}: {:?}",
+            labels(name)
+        );
+    }
+    assert!(svg.contains("whole runs on one shared time axis (0 to 10.8 ms)"), "states the shared axis");
+    assert!(svg.contains("Zoom: the same 278 µs (one warm step of the slowest run;"));
+    assert!(svg.contains("40 op dispatches (4 per step) · 4 distinct executables"));
+    assert!(svg.contains("10 op dispatches (1 per step) · 1 distinct executable ·"));
+    assert!(svg.contains("wall 10.8 ms (278 µs per warm step)"));
+    // The compiled step is wide enough in the zoom to carry its name.
+    let on_bars: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("fill") == Some("#FFFFFF"))
+        .filter_map(|n| n.text().map(str::trim))
+        .collect();
+    assert!(on_bars.contains(&"train_step"), "{on_bars:?}");
+
+    let png = cmp.png(w, h).unwrap();
+    let mut reader = png::Decoder::new(png.as_slice()).read_info().unwrap();
+    let mut rgb = vec![0; reader.output_buffer_size()];
+    reader.next_frame(&mut rgb).unwrap();
+    let has = |c: RGBColor| rgb.chunks(3).any(|px| px == [c.0, c.1, c.2]);
+    assert!(has(COMPILE) && has(EXECUTE) && has(WALL));
+}
+
+#[test]
+fn comparison_names_no_slice_that_others_overlap() {
+    // Two long dispatches from two threads, overlapping on one run's lane.
+    let cpu = Device::cpu();
+    let mut log = Log::new();
+    log.push(EventKind::Op, &info("matmul", "", &[&[8, 8]], cpu), Some(CacheOutcome::Hit), 0, 5_000_000);
+    let mut other = log.events[0].clone();
+    other.seq = 1;
+    other.start_ns += 1_000_000;
+    log.events.push(other);
+    let overlapping = log.profile();
+    let mut log = Log::new();
+    log.push(EventKind::Op, &info("matmul", "", &[&[8, 8]], cpu), Some(CacheOutcome::Hit), 0, 5_000_000);
+    let alone = log.profile();
+    let white_text = |p: &Profile| {
+        let svg = viz::compare(&[("run", p)]).svg().unwrap();
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let names: Vec<String> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text") && n.attribute("fill") == Some("#FFFFFF"))
+            .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+            .collect();
+        names.len()
+    };
+    // The lone dispatch is named in both lanes (whole run and zoom); overlapping ones not.
+    assert_eq!(white_text(&alone), 2);
+    assert_eq!(white_text(&overlapping), 0);
+    // The timeline gives them rows of their own, and names both.
+    let svg = overlapping.timeline().svg().unwrap();
+    assert_eq!(svg.matches(">matmul<").count() + svg.matches(">\nmatmul\n<").count(), 2, "{svg}");
+}
+
+#[test]
+fn comparison_of_nothing_draws() {
+    let cmp = viz::compare(&[]);
+    let svg = cmp.svg().unwrap();
+    assert!(svg.contains("no profiles to compare"));
+    cmp.png(640, 400).unwrap();
+    assert_eq!(cmp.text(), "no profiles to compare\n");
+    assert!(cmp.summaries().is_empty());
+
+    let empty = Profile::from_events(Vec::new());
+    let (eager, _) = eager_and_compiled(2);
+    let cmp = viz::compare(&[("nothing", &empty), ("eager", &eager)]);
+    let text = cmp.text();
+    assert_eq!(row(&text, "op dispatches"), ["0", "8"]);
+    assert_eq!(row(&text, "most dispatched"), ["-", "add ×2"]);
+    // 8 dispatches in 8 ms of compiles, 8 x 50 µs of executes and 7 x 20 µs of host time.
+    assert_eq!(row(&text, "dispatches / s"), ["0", "937"]);
+    // No ratio against an empty run.
+    assert!(!text.contains("than nothing"), "{text}");
+    roxmltree::Document::parse(&cmp.svg().unwrap()).unwrap();
+    cmp.png(800, 600).unwrap();
+    let cmp = viz::compare(&[("a", &empty), ("b", &empty)]).steps(3);
+    assert!(cmp.svg().unwrap().contains("no dispatches recorded"));
+    cmp.png(320, 200).unwrap();
+    assert!(matches!(cmp.png(100, 50), Err(viz::Error::Size { width: 100, height: 50 })));
+}
+
+#[test]
+fn line_chart_draws_one_line_per_series_with_its_name() {
+    let falling: Vec<f32> = (0..50).map(|i| 2.0 / (1.0 + i as f32)).collect();
+    let flat = vec![0.5f32; 50];
+    let chart = viz::line_chart("Training loss", "step", "loss", &[("eager", &falling), ("compiled", &flat)]);
+    let svg = chart.svg().unwrap();
+    let (eager, compiled) = (lines(&svg, SERIES[0]), lines(&svg, SERIES[1]));
+    assert_eq!((eager.len(), compiled.len()), (1, 1));
+    assert_eq!(eager[0].split_whitespace().count(), 50);
+    // The falling line falls: its last point is lower on the page than its first.
+    assert!(rise(&eager[0]) < 0.0 && rise(&compiled[0]).abs() < 1e-9);
+    assert_eq!(rects(&svg, SERIES[0]), 1, "a legend swatch");
+    assert_eq!(rects(&svg, SERIES[1]), 1, "a legend swatch");
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+    for want in ["Training loss", "eager", "compiled", "step", "loss", "last: eager 0.04 · compiled 0.5"] {
+        assert!(texts.iter().any(|t| t.trim() == want), "no {want:?} in {texts:?}");
+    }
+    // Steps are integers: no x tick label (centred under the axis) with decimals.
+    let x_ticks: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") == Some("middle"))
+        .filter_map(|n| n.text().map(str::trim))
+        .filter(|t| t.parse::<f64>().is_ok())
+        .collect();
+    assert_eq!(x_ticks, ["0", "10", "20", "30", "40"]);
+    // None of the dispatch colours.
+    for c in [COMPILE, EXECUTE, TRANSFER, LOAD] {
+        assert_eq!(lines(&svg, c).len(), 0);
+    }
+    let bytes = chart.png(800, 400).unwrap();
+    let mut reader = png::Decoder::new(bytes.as_slice()).read_info().unwrap();
+    let mut rgb = vec![0; reader.output_buffer_size()];
+    reader.next_frame(&mut rgb).unwrap();
+    assert!(rgb.chunks(3).any(|px| px == [SERIES[0].0, SERIES[0].1, SERIES[0].2]));
+    assert!(rgb.chunks(3).any(|px| px == [SERIES[1].0, SERIES[1].1, SERIES[1].2]));
+}
+
+#[test]
+fn line_chart_leaves_out_what_it_cannot_draw() {
+    let gappy = [1.0, f64::NAN, 2.0, 3.0, f64::INFINITY, 2.5];
+    let chart =
+        viz::line_chart("gaps", "step", "loss", &[("gappy", &gappy[..]), ("nan", &[f64::NAN][..]), ("none", &[][..])]);
+    let svg = chart.svg().unwrap();
+    // Broken where a value is missing: [1], [2, 3], [2.5].
+    let runs = lines(&svg, SERIES[0]);
+    let sizes: Vec<usize> = runs.iter().map(|p| p.split_whitespace().count()).collect();
+    assert_eq!(sizes, [1, 2, 1]);
+    assert!(lines(&svg, SERIES[1]).is_empty() && lines(&svg, SERIES[2]).is_empty());
+    assert!(
+        svg.contains("last: gappy 2.5 · nan (no values) · none (no values) · 3 non-finite values left out"),
+        "{svg}"
+    );
+    for name in ["gappy", "nan", "none"] {
+        assert!(svg.contains(&format!(">{name}<")) || svg.contains(&format!(">\n{name}\n<")), "legend {name}");
+    }
+    chart.png(640, 360).unwrap();
+
+    // A log scale also leaves out zero and below.
+    let log = viz::line_chart("log", "step", "loss", &[("a", &[0.0, -1.0, 0.05, 0.5, 3.0][..])]).log_y();
+    let svg = log.svg().unwrap();
+    assert_eq!(lines(&svg, SERIES[0]).len(), 1);
+    assert!(svg.contains("2 non-finite or not positive values left out"), "{svg}");
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<&str> =
+        doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::trim).collect();
+    for tick in ["0.1", "0.2", "0.5", "1", "2"] {
+        assert!(texts.contains(&tick), "no {tick} tick in {texts:?}");
+    }
+    log.png(640, 360).unwrap();
+    // Between two digits, the log axis still has labels.
+    let narrow = viz::line_chart("narrow", "step", "loss", &[("a", &[0.311, 0.32, 0.338][..])]).log_y().svg().unwrap();
+    let doc = roxmltree::Document::parse(&narrow).unwrap();
+    let y_ticks = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") == Some("end"))
+        .filter(|n| n.text().is_some_and(|t| t.trim().parse::<f64>().is_ok()))
+        .count();
+    assert!(y_ticks >= 3, "{y_ticks} labels on a narrow log axis");
+
+    // Nothing to draw, in every way there is.
+    let nothing: [(&str, &[f64]); 0] = [];
+    for chart in [
+        viz::line_chart("empty", "step", "loss", &nothing),
+        viz::line_chart("nan only", "step", "loss", &[("nan", &[f64::NAN, f64::NAN][..])]),
+        viz::line_chart("no points", "step", "loss", &[("a", &[0f64; 0][..])]),
+        viz::line_chart("not positive", "step", "loss", &[("a", &[0.0, -2.0][..])]).log_y(),
+        viz::LineChart::new("xy", "s", "loss").series_xy("a", &[(f64::NAN, 1.0f32)]),
+    ] {
+        let svg = chart.svg().unwrap();
+        assert!(svg.contains("no finite values to plot"), "{svg}");
+        chart.png(320, 200).unwrap();
+    }
+    // One point, and a flat line, still get an axis with room around them.
+    for ys in [&[4.0][..], &[4.0, 4.0, 4.0][..]] {
+        let svg = viz::line_chart("one", "step", "loss", &[("a", ys)]).svg().unwrap();
+        assert!(svg.contains("last: a 4"));
+    }
+}
+
+#[test]
+fn line_chart_against_time_starts_at_zero() {
+    let chart = viz::LineChart::new("loss against time", "seconds", "loss")
+        .series_xy("eager", &[(0.5, 2.0), (1.0, 1.0), (1.5, 0.5)])
+        .series_xy("compiled", &[(0.2f64, 2.0f32), (0.3, 1.0), (0.4, 0.5)]);
+    let svg = chart.svg().unwrap();
+    assert_eq!((lines(&svg, SERIES[0]).len(), lines(&svg, SERIES[1]).len()), (1, 1));
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<&str> =
+        doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::trim).collect();
+    assert!(texts.contains(&"0.0"), "the x axis starts at 0: {texts:?}");
 }

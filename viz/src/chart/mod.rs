@@ -1,18 +1,69 @@
-//! Charts of a [`Profile`], each drawn once for both backends: SVG text for notebooks and
-//! PNG bytes for terminals and files.
+//! Charts of a [`Profile`], of several side by side, and of plain numbers (line charts),
+//! each drawn once for both backends: SVG text for notebooks and PNG bytes for terminals and
+//! files.
 
 mod cache_hits;
+mod compare;
 mod compile_vs_execute;
+mod line;
 mod raster;
 mod timeline;
 
-use std::path::Path;
+pub use compare::{compare, Comparison, RunSummary};
+pub use line::{line_chart, LineChart};
 
 use plotters::prelude::*;
 
-use crate::error::{write, Error, Result};
+use crate::error::{Error, Result};
 use crate::profile::Profile;
 use crate::style::{fonts, Area, DrawResult, Look};
+
+/// The outputs every view has (SVG, PNG, files, a PNG for evcxr), as inherent methods of
+/// `$view` so that a notebook calls them without importing a trait.
+macro_rules! outputs {
+    ($view:ty) => {
+        impl $view {
+            /// The size [`Self::svg`] and [`Self::write_png`] use: fits the content.
+            pub fn default_size(&self) -> (u32, u32) {
+                $crate::chart::Drawing::natural_size(self)
+            }
+
+            /// An SVG document at the default size.
+            pub fn svg(&self) -> $crate::Result<String> {
+                let (w, h) = self.default_size();
+                $crate::chart::svg(self, w, h)
+            }
+
+            /// An SVG document of `width` x `height` pixels.
+            pub fn svg_sized(&self, width: u32, height: u32) -> $crate::Result<String> {
+                $crate::chart::svg(self, width, height)
+            }
+
+            /// PNG bytes of `width` x `height` pixels (RGB, 8 bits).
+            pub fn png(&self, width: u32, height: u32) -> $crate::Result<Vec<u8>> {
+                $crate::chart::png(self, width, height)
+            }
+
+            /// Writes the SVG at the default size.
+            pub fn write_svg(&self, path: impl AsRef<std::path::Path>) -> $crate::Result<()> {
+                $crate::error::write(path.as_ref(), self.svg()?.as_bytes())
+            }
+
+            /// Writes a PNG at the default size.
+            pub fn write_png(&self, path: impl AsRef<std::path::Path>) -> $crate::Result<()> {
+                let (w, h) = self.default_size();
+                $crate::error::write(path.as_ref(), &self.png(w, h)?)
+            }
+
+            /// A PNG at the default size that shows as an image when it ends an evcxr cell.
+            pub fn as_png(&self) -> $crate::Result<$crate::PngImage> {
+                let (w, h) = self.default_size();
+                Ok($crate::PngImage(self.png(w, h)?))
+            }
+        }
+    };
+}
+pub(crate) use outputs;
 
 /// Smallest chart drawn: below it labels cannot be kept apart.
 pub(crate) const MIN_SIZE: (u32, u32) = (320, 200);
@@ -57,9 +108,20 @@ impl<'a> Chart<'a> {
         self.kind
     }
 
-    /// The size [`Chart::svg`] and [`Chart::write_png`] use: fits the content (one row per
-    /// lane or op kind).
-    pub fn default_size(&self) -> (u32, u32) {
+    /// Rich display in evcxr (the REPL and the Jupyter kernel): a chart ending a cell shows
+    /// as SVG; [`Chart::as_png`] shows it as a PNG instead.
+    pub fn evcxr_display(&self) {
+        display_svg(self.svg());
+    }
+}
+
+impl Drawing for Chart<'_> {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// Fits the content: one row per lane or op kind.
+    fn natural_size(&self) -> (u32, u32) {
         match self.kind {
             ChartKind::Timeline => (1200, (230 + 56 * self.profile.lanes().0.len() as u32).min(900)),
             ChartKind::CompileVsExecute => {
@@ -69,82 +131,69 @@ impl<'a> Chart<'a> {
         }
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &Area<DB>, size: (u32, u32)) -> DrawResult<(), DB> {
-        fonts();
-        let look = Look::new(size, self.default_size());
+    fn draw_on<DB: DrawingBackend>(&self, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {
         match self.kind {
-            ChartKind::Timeline => timeline::draw(self.profile, root, &look),
-            ChartKind::CompileVsExecute => compile_vs_execute::draw(self.profile, root, &look),
-            ChartKind::CacheHits => cache_hits::draw(self.profile, root, &look),
-        }?;
-        root.present()
-    }
-
-    fn error<E: std::error::Error + Send + Sync>(&self, e: DrawingAreaErrorKind<E>) -> Error {
-        Error::Draw { chart: self.kind.name(), message: e.to_string() }
-    }
-
-    /// The chart as an SVG document at its default size.
-    pub fn svg(&self) -> Result<String> {
-        let (w, h) = self.default_size();
-        self.svg_sized(w, h)
-    }
-
-    /// The chart as an SVG document of `width` x `height` pixels.
-    pub fn svg_sized(&self, width: u32, height: u32) -> Result<String> {
-        check(width, height)?;
-        let mut svg = String::new();
-        {
-            let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-            self.draw(&root, (width, height)).map_err(|e| self.error(e))?;
+            ChartKind::Timeline => timeline::draw(self.profile, root, look),
+            ChartKind::CompileVsExecute => compile_vs_execute::draw(self.profile, root, look),
+            ChartKind::CacheHits => cache_hits::draw(self.profile, root, look),
         }
-        Ok(svg)
-    }
-
-    /// The chart as PNG bytes of `width` x `height` pixels (RGB, 8 bits).
-    pub fn png(&self, width: u32, height: u32) -> Result<Vec<u8>> {
-        check(width, height)?;
-        let mut rgb = vec![0u8; width as usize * height as usize * 3];
-        {
-            let root = raster::Raster::new(&mut rgb, (width, height)).into_drawing_area();
-            self.draw(&root, (width, height)).map_err(|e| self.error(e))?;
-        }
-        let mut out = Vec::new();
-        let mut encoder = png::Encoder::new(&mut out, width, height);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder.write_header()?;
-        writer.write_image_data(&rgb)?;
-        writer.finish()?;
-        Ok(out)
-    }
-
-    /// Writes the SVG at its default size.
-    pub fn write_svg(&self, path: impl AsRef<Path>) -> Result<()> {
-        write(path.as_ref(), self.svg()?.as_bytes())
-    }
-
-    /// Writes a PNG at the default size.
-    pub fn write_png(&self, path: impl AsRef<Path>) -> Result<()> {
-        let (w, h) = self.default_size();
-        write(path.as_ref(), &self.png(w, h)?)
     }
 }
 
-/// Rich display in evcxr (the REPL and the Jupyter kernel): a chart ending a cell shows as
-/// SVG; [`Chart::as_png`] shows it as a PNG instead.
-impl Chart<'_> {
-    pub fn evcxr_display(&self) {
-        match self.svg() {
-            Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
-            Err(e) => eprintln!("{e}"),
-        }
-    }
+outputs!(Chart<'_>);
 
-    /// The chart at its default size as a PNG, for display.
-    pub fn as_png(&self) -> Result<PngImage> {
-        let (w, h) = self.default_size();
-        Ok(PngImage(self.png(w, h)?))
+/// What every view drawn with plotters provides; rendering it to SVG or PNG is shared.
+pub(crate) trait Drawing {
+    /// Names the view in errors.
+    fn name(&self) -> &'static str;
+    /// The size the view is drawn at unless asked otherwise; text sizes scale from it.
+    fn natural_size(&self) -> (u32, u32);
+    fn draw_on<DB: DrawingBackend>(&self, root: &Area<DB>, look: &Look) -> DrawResult<(), DB>;
+}
+
+/// Draws `view` at `size` on `root`, its text scaled from the natural size.
+fn draw<D: Drawing, DB: DrawingBackend>(view: &D, root: &Area<DB>, size: (u32, u32)) -> Result<()> {
+    fonts();
+    let look = Look::new(size, view.natural_size());
+    view.draw_on(root, &look)
+        .and_then(|()| root.present())
+        .map_err(|e| Error::Draw { chart: view.name(), message: e.to_string() })
+}
+
+/// `view` as an SVG document of `width` x `height` pixels.
+pub(crate) fn svg<D: Drawing>(view: &D, width: u32, height: u32) -> Result<String> {
+    check(width, height)?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+        draw(view, &root, (width, height))?;
+    }
+    Ok(svg)
+}
+
+/// `view` as PNG bytes of `width` x `height` pixels (RGB, 8 bits).
+pub(crate) fn png<D: Drawing>(view: &D, width: u32, height: u32) -> Result<Vec<u8>> {
+    check(width, height)?;
+    let mut rgb = vec![0u8; width as usize * height as usize * 3];
+    {
+        let root = raster::Raster::new(&mut rgb, (width, height)).into_drawing_area();
+        draw(view, &root, (width, height))?;
+    }
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header()?;
+    writer.write_image_data(&rgb)?;
+    writer.finish()?;
+    Ok(out)
+}
+
+/// Prints an SVG for evcxr to show, or the error that kept it from being drawn.
+pub(crate) fn display_svg(svg: Result<String>) {
+    match svg {
+        Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
+        Err(e) => eprintln!("{e}"),
     }
 }
 
