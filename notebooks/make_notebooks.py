@@ -157,13 +157,15 @@ NOTEBOOKS = {
                       "        compiled_profile.wall_ns() as f64 / 1e9, max_diff)"),
         new_markdown_cell("## Side by side\n\nThe loss curves lie on each other (same numbers, up to float "
                           "rounding of fused ops); the profiles differ in how many dispatches it took."),
-        new_code_cell("viz::line_chart(\"Training loss\", \"step\", \"cross-entropy\", &[(\"eager\", &eager_losses[..]), (\"compiled\", &compiled_losses[..])])"),
-        new_code_cell("viz::compare(&[(\"eager\", &eager_profile), (\"compiled\", &compiled_profile)])"),
+        new_code_cell("viz::line_chart(\"Training loss\", \"step\", \"cross-entropy\", &[(\"eager\", &eager_losses), (\"compiled\", &compiled_losses)]).log_y()"),
+        new_markdown_cell("The two profiles on one time axis, then one warm step of each magnified, then the "
+                          "totals. (A PNG: the eager run's thousands of slices would make a large SVG.)"),
+        new_code_cell("let comparison = viz::compare(&[(\"eager\", &eager_profile), (\"compiled\", &compiled_profile)]).steps(steps);\n"
+                      "println!(\"{}\", comparison.text());\n"
+                      "comparison.as_png().unwrap()"),
         new_markdown_cell("The trained weights, saved as safetensors (the format of the Hugging Face hub) and "
                           "read back:"),
-        new_code_cell("let weights = nn::state_dict(&model2);\n"
-                      "let named: Vec<(&str, &Tensor)> = weights.iter().map(|(n, t)| (n.as_str(), t)).collect();\n"
-                      "eager::io::save_safetensors(\"spiral-mlp.safetensors\", &named)?;\n"
+        new_code_cell("eager::io::save_safetensors(\"spiral-mlp.safetensors\", &nn::state_dict(&model2))?;\n"
                       "let loaded = eager::io::load_safetensors(\"spiral-mlp.safetensors\")?;\n"
                       "loaded.iter().map(|(n, t)| format!(\"{n}: {:?} {}\", t.shape(), t.dtype())).collect::<Vec<_>>().join(\"\\n\")"),
     ],

@@ -18,10 +18,15 @@ use crate::tensor::Tensor;
 // ----- safetensors ----------------------------------------------------------------------------
 
 /// Writes `tensors` under their names to a safetensors file (replacing it whole: the crate
-/// writes a sibling temporary file and renames it). Names must be distinct.
-pub fn save_safetensors(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<()> {
+/// writes a sibling temporary file and renames it). Names must be distinct; they may be `&str`
+/// or `String`, the tensors owned or borrowed (`nn::state_dict(&model)` fits as it is).
+pub fn save_safetensors<N, T>(path: impl AsRef<Path>, tensors: &[(N, T)]) -> Result<()>
+where
+    N: AsRef<str>,
+    T: std::borrow::Borrow<Tensor>,
+{
     let path = path.as_ref();
-    let mut names: Vec<&str> = tensors.iter().map(|(name, _)| *name).collect();
+    let mut names: Vec<&str> = tensors.iter().map(|(name, _)| name.as_ref()).collect();
     names.sort_unstable();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(format_error(path, format!("tensor name `{}` is given twice", w[0])));
@@ -30,14 +35,15 @@ pub fn save_safetensors(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> 
     if names.contains(&"__metadata__") {
         return Err(format_error(path, "`__metadata__` is reserved by safetensors and cannot name a tensor"));
     }
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, t)| runtime::download(t)).collect::<Result<_>>()?;
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, t)| runtime::download(t.borrow())).collect::<Result<_>>()?;
     let views = tensors
         .iter()
         .zip(&bytes)
         .map(|((name, t), data)| {
+            let (name, t) = (name.as_ref(), t.borrow());
             let view = TensorView::new(safetensors_dtype(t.dtype()), t.shape().to_vec(), data)
                 .map_err(|e| format_error(path, format!("tensor `{name}`: {e}")))?;
-            Ok((*name, view))
+            Ok((name, view))
         })
         .collect::<Result<Vec<_>>>()?;
     safetensors::serialize_to_file(views, None, path).map_err(|e| match e {

@@ -61,6 +61,8 @@ pub(crate) struct Global {
     interrupted: AtomicBool,
     /// Ops dispatched whose completion has not been seen yet.
     pending: AtomicUsize,
+    /// Per device (see [`device_slot`]): when its last completed op finished (profiler clock).
+    device_free_ns: [AtomicU64; DEVICE_SLOTS],
     /// Threads inside `no_grad` scopes.
     grad_mode: crate::autograd::GradMode,
     /// The compiled function being traced, if any.
@@ -81,6 +83,7 @@ impl Global {
             ),
             interrupted: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
+            device_free_ns: Default::default(),
             grad_mode: Default::default(),
             tracer: Default::default(),
         }
@@ -89,6 +92,13 @@ impl Global {
     pub(crate) fn set_interrupted(&self, on: bool) {
         self.interrupted.store(on, Ordering::Relaxed);
     }
+}
+
+/// Devices tracked for device-time accounting (more share slots: their times then merge).
+const DEVICE_SLOTS: usize = 32;
+
+fn device_slot(d: Device) -> usize {
+    (d.kind as usize * 8 + d.index) % DEVICE_SLOTS
 }
 
 /// The process's state: shared with other copies of this library in the process when a host
@@ -346,8 +356,13 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
         let registered = done.on_ready(&rt.client.api, move |outcome| {
             let g = global();
             let end = g.profiler.now_ns().max(1);
-            // The device starts on the op when it is enqueued and its inputs are ready.
-            let began = inputs_done.iter().map(|c| c.ready_ns.load(Ordering::Acquire)).fold(enqueued_at, u64::max);
+            // The device works on the op from when it is enqueued, its inputs are ready and the
+            // device finished the op before (so device times add up to at most the wall time).
+            let finished_before = g.device_free_ns[device_slot(device)].fetch_max(end, Ordering::AcqRel);
+            let began = inputs_done
+                .iter()
+                .map(|c| c.ready_ns.load(Ordering::Acquire))
+                .fold(enqueued_at.max(finished_before), u64::max);
             if let Err(e) = outcome {
                 let failure = inputs_done
                     .iter()

@@ -219,6 +219,9 @@ impl Tensor {
 
     pub fn full_on(shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         let v = runtime::scalar(value, dtype, device)?;
+        if shape.is_empty() {
+            return Ok(v); // a scalar is its own fill
+        }
         dispatch(Op::Fill(shape.into()), &[&v], None)
     }
 

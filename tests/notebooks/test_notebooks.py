@@ -3,6 +3,7 @@ key outputs are there. With EAGER_REFRESH_NOTEBOOKS=1 the executed notebooks (ou
 included) are written back, which is how the committed outputs are made."""
 import os
 import pathlib
+import re
 
 import nbformat
 import pytest
@@ -55,10 +56,28 @@ def check_costs(nb):
     assert png.startswith("iVBORw0KGgo")  # base64 of the PNG signature
 
 
+def check_training(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    eager = re.search(r"eager: loss ([\d.]+) -> ([\d.]+), accuracy ([\d.]+)%", text)
+    compiled = re.search(r"compiled: loss ([\d.]+) -> ([\d.]+), accuracy ([\d.]+)%, (\d+) op dispatches"
+                         r".*largest loss difference to eager ([\d.e+-]+)", text)
+    assert eager and compiled, text
+    # Both runs learn, and give the same numbers.
+    assert float(eager[2]) < 0.5 * float(eager[1]) and float(eager[3]) > 90, eager.group(0)
+    assert float(compiled[2]) < 0.5 * float(compiled[1]) and float(compiled[3]) > 90, compiled.group(0)
+    assert float(compiled[5]) < 1e-3, compiled.group(0)
+    # The loss curves (SVG), the comparison (PNG) and its table, the saved weights.
+    assert any(svg.lstrip().startswith("<svg") and "compiled" in svg for svg in outputs(nb, "image/svg+xml"))
+    assert any(png.startswith("iVBORw0KGgo") for png in outputs(nb, "image/png"))
+    assert "train_step" in "\n".join(outputs(nb, "stream"))
+    assert "0.weight: [64, 2] f32" in text, text
+
+
 EXPECTED = {
     "01-quickstart.ipynb": check_quickstart,
     "02-profiling.ipynb": check_profiling,
     "03-what-eager-costs.ipynb": check_costs,
+    "04-training.ipynb": check_training,
 }
 
 

@@ -129,8 +129,8 @@ pub fn compare(profiles: &[(&str, &Profile)]) -> Comparison {
 impl Comparison {
     /// Every run took `steps` training steps: the figures gain per-step columns and the zoom
     /// shows one warm step of the slowest run.
-    pub fn steps(mut self, steps: u64) -> Comparison {
-        self.steps = Some(steps).filter(|&s| s > 0);
+    pub fn steps(mut self, steps: usize) -> Comparison {
+        self.steps = Some(steps as u64).filter(|&s| s > 0);
         self
     }
 
