@@ -184,11 +184,12 @@ pub(crate) struct Completion {
     failure: OnceLock<Arc<Failure>>,
 }
 
-/// The first op of a chain that failed on the device (later ops inherit its failure).
-#[derive(Debug)]
+/// An op that failed on the device, with its inputs' completions: a failure propagates to
+/// every op that reads a failed result, and the read names the first op of the chain.
 pub(crate) struct Failure {
     op: String,
     message: String,
+    inputs: SmallVec<[Arc<Completion>; 3]>,
 }
 
 impl Completion {
@@ -205,15 +206,26 @@ impl Completion {
 
     /// The error to report for a failed read or wait of the tensor `read`.
     pub(crate) fn read_error(&self, read: &str, err: pjrt::PjrtError) -> Error {
-        // The read and the completion callback are woken by one event: give it a moment.
+        // The read and the completion callbacks are woken by the same events, in no fixed
+        // order: give each callback a moment.
         let deadline = Instant::now() + Duration::from_secs(1);
-        while !self.is_done() && Instant::now() < deadline {
-            std::thread::yield_now();
+        let settle = |c: &Completion| {
+            while !c.is_done() && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+        };
+        settle(self);
+        let Some(mut failure) = self.failure.get().cloned() else {
+            return Error::Pjrt { op: read.to_string(), source: err };
+        };
+        // Walk back to the first op of the chain that failed.
+        while let Some(earlier) = failure.inputs.iter().find_map(|c| {
+            settle(c);
+            c.failure.get().cloned()
+        }) {
+            failure = earlier;
         }
-        match self.failure.get() {
-            Some(f) => Error::DeviceFailure { op: f.op.clone(), message: f.message.clone(), read: read.to_string() },
-            None => Error::Pjrt { op: read.to_string(), source: err },
-        }
+        Error::DeviceFailure { op: failure.op.clone(), message: failure.message.clone(), read: read.to_string() }
     }
 }
 
@@ -364,11 +376,10 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
                 .map(|c| c.ready_ns.load(Ordering::Acquire))
                 .fold(enqueued_at.max(finished_before), u64::max);
             if let Err(e) = outcome {
-                let failure = inputs_done
-                    .iter()
-                    .find_map(|c| c.failure.get().cloned())
-                    .unwrap_or_else(|| Arc::new(Failure { op: op_info.signature(), message: e.message }));
-                let _ = this.failure.set(failure);
+                // Which op of the chain failed first is worked out by the read (see read_error):
+                // the inputs' callbacks may not have run yet.
+                let failure = Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
+                let _ = this.failure.set(Arc::new(failure));
             }
             this.ready_ns.store(end, Ordering::Release);
             if let Some(seq) = seq {
