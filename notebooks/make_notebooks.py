@@ -156,7 +156,9 @@ NOTEBOOKS = {
                       "        compiled_losses[0], compiled_losses[steps - 1], 100.0 * accuracy(&model2, &x, &y)?, compiled_profile.ops().count(),\n"
                       "        compiled_profile.wall_ns() as f64 / 1e9, max_diff)"),
         new_markdown_cell("## Side by side\n\nThe loss curves lie on each other (same numbers, up to float "
-                          "rounding of fused ops); the profiles differ in how many dispatches it took."),
+                          "rounding of fused ops); the profiles differ in how many dispatches it took. The "
+                          "compiled run pays once for its one big program: compiling it the first time "
+                          "(hundreds of ms), loading it from the disk cache after that; compare the warm steps."),
         new_code_cell("viz::line_chart(\"Training loss\", \"step\", \"cross-entropy\", &[(\"eager\", &eager_losses), (\"compiled\", &compiled_losses)]).log_y()"),
         new_markdown_cell("The two profiles on one time axis, then one warm step of each magnified, then the "
                           "totals. (A PNG: the eager run's thousands of slices would make a large SVG.)"),

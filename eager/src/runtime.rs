@@ -65,6 +65,8 @@ pub(crate) struct Global {
     device_free_ns: [AtomicU64; DEVICE_SLOTS],
     /// Threads inside `no_grad` scopes.
     grad_mode: crate::autograd::GradMode,
+    /// Scalars already on a device, by (device, dtype, bits of the value).
+    scalars: Mutex<HashMap<(Device, DType, u64), Tensor>>,
     /// The compiled function being traced, if any.
     pub(crate) tracer: crate::compile::Tracer,
 }
@@ -85,6 +87,7 @@ impl Global {
             pending: AtomicUsize::new(0),
             device_free_ns: Default::default(),
             grad_mode: Default::default(),
+            scalars: Mutex::new(HashMap::new()),
             tracer: Default::default(),
         }
     }
@@ -478,9 +481,27 @@ fn record_transfer(kind: EventKind, name: &'static str, spec: &Spec, device: Dev
     g.profiler.record(kind, &info, None, start, 0, ns, spec.size_in_bytes() as u64);
 }
 
-/// A scalar of `dtype` on `device` (uploaded; values of scalars are inputs, not attributes,
-/// so that `x * 2.0` and `x * 3.0` share one executable).
+/// Scalars kept on the device before the map is emptied (a loop uses a few constants; a
+/// sweep over many values must not grow it without bound).
+const SCALAR_CACHE_ENTRIES: usize = 1024;
+
+/// A scalar of `dtype` on `device`. Values of scalars are inputs, not attributes, so that
+/// `x * 2.0` and `x * 3.0` share one executable; each value is uploaded once and reused
+/// (tensors never change), so a training loop's `* lr` costs no transfer per step.
 pub(crate) fn scalar(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
     let bytes = crate::tensor::encode_f64(&[value], dtype);
-    upload(&bytes, Spec::new(&[], dtype), device)
+    let mut bits = [0u8; 8];
+    bits[..bytes.len()].copy_from_slice(&bytes);
+    let key = (device, dtype, u64::from_le_bytes(bits));
+    let g = global();
+    if let Some(t) = lock(&g.scalars).get(&key) {
+        return Ok(t.clone());
+    }
+    let t = upload(&bytes, Spec::new(&[], dtype), device)?;
+    let mut scalars = lock(&g.scalars);
+    if scalars.len() >= SCALAR_CACHE_ENTRIES {
+        scalars.clear();
+    }
+    scalars.insert(key, t.clone());
+    Ok(t)
 }
