@@ -205,11 +205,6 @@ impl Tensor {
         *self.grad_state().grad.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    /// The same values, cut from the graph: no gradient flows back through the result.
-    pub fn detach(&self) -> Tensor {
-        self.detached()
-    }
-
     pub(crate) fn node(&self) -> Option<&Node> {
         self.grad_state().node.as_deref()
     }

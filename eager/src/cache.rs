@@ -23,6 +23,13 @@ pub struct OpKey {
     pub device: Device,
 }
 
+impl OpKey {
+    /// The key of `op` on `inputs` on `device`.
+    pub(crate) fn new(op: Op, inputs: &[&crate::tensor::Tensor], device: Device) -> OpKey {
+        OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device }
+    }
+}
+
 /// Counters of one key.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KeyStats {

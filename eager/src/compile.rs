@@ -196,12 +196,16 @@ pub(crate) fn write_var(var: &Var, value: &Tensor) -> Result<bool> {
 }
 
 /// Inside a trace, a traced parameter fed with fresh random state at every call.
+/// (Another device's state is uploaded as usual: the op using it then fails to trace, with a
+/// clear error, as any tensor of another device does.)
 pub(crate) fn traced_rng_state(device: Device) -> Option<Tensor> {
     with_recording(|rec| {
-        let _ = device;
-        let v = rec.add_param(Source::Rng, Spec::new(&[2], DType::U64));
-        rec.tensor(v)
+        (device == rec.device).then(|| {
+            let v = rec.add_param(Source::Rng, Spec::new(&[2], DType::U64));
+            rec.tensor(v)
+        })
     })
+    .flatten()
 }
 
 /// One trace of a compiled function: its program and what feeds it.
@@ -228,19 +232,8 @@ pub fn compile<F>(name: &str, f: F) -> Compiled<F>
 where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
 {
-    Compiled { name: intern(name), f, traces: Mutex::new(HashMap::new()) }
-}
-
-/// Program names are few: each distinct one is leaked once (op names are `&'static str`).
-fn intern(name: &str) -> &'static str {
-    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut names = lock(&NAMES);
-    if let Some(n) = names.iter().find(|n| **n == name) {
-        return n;
-    }
-    let n: &'static str = Box::leak(name.to_string().into_boxed_str());
-    names.push(n);
-    n
+    // Op names are `&'static str`: the profiler's interning serves program names too.
+    Compiled { name: crate::profiler::intern(name.to_string()), f, traces: Mutex::new(HashMap::new()) }
 }
 
 impl<F> Compiled<F>

@@ -204,7 +204,7 @@ impl DiskCache {
         tmp.persist(self.path_for(&key)).map_err(|e| e.error)?;
         let written = (MAGIC.len() + 16 + key.len() + 32 + payload.len()) as u64;
         self.counted.call_once(|| {
-            self.estimate.store(self.scan().iter().map(|e| e.1).sum(), Ordering::Relaxed);
+            self.estimate.store(scan(&self.dir).iter().map(|e| e.1).sum(), Ordering::Relaxed);
         });
         if self.estimate.fetch_add(written, Ordering::Relaxed) + written > self.max_bytes {
             self.evict();
@@ -212,21 +212,9 @@ impl DiskCache {
         Ok(())
     }
 
-    /// Entries on disk: (path, size, last used).
-    fn scan(&self) -> Vec<(PathBuf, u64, SystemTime)> {
-        let Ok(dir) = fs::read_dir(&self.dir) else { return Vec::new() };
-        dir.filter_map(|e| e.ok())
-            .filter(|e| e.path().extension().is_some_and(|x| x == EXT))
-            .filter_map(|e| {
-                let m = e.metadata().ok()?;
-                Some((e.path(), m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
-            })
-            .collect()
-    }
-
     /// Removes least recently used entries until the cache is under 90% of its bound.
     fn evict(&self) {
-        let mut entries = self.scan();
+        let mut entries = scan(&self.dir);
         entries.sort_by_key(|e| e.2);
         let mut total: u64 = entries.iter().map(|e| e.1).sum();
         let target = self.max_bytes / 10 * 9;
@@ -239,16 +227,6 @@ impl DiskCache {
             }
         }
         self.estimate.store(total, Ordering::Relaxed);
-    }
-
-    pub(crate) fn stats(&self) -> DiskStats {
-        let entries = self.scan();
-        DiskStats {
-            dir: self.dir.clone(),
-            entries: entries.len(),
-            bytes: entries.iter().map(|e| e.1).sum(),
-            max_bytes: self.max_bytes,
-        }
     }
 }
 
@@ -306,18 +284,22 @@ pub fn clear() -> std::io::Result<usize> {
 
 /// What is on disk (entries and bytes), whether or not a runtime has started.
 pub fn stats() -> DiskStats {
-    let dir = configured_dir().unwrap_or_default();
-    let cache = DiskCache {
-        dir,
-        identity: String::new(),
-        max_bytes: configured_max_bytes(),
-        estimate: AtomicU64::new(0),
-        counted: std::sync::Once::new(),
-    };
-    if configured_dir().is_none() {
-        return DiskStats { max_bytes: cache.max_bytes, ..Default::default() };
-    }
-    cache.stats()
+    let max_bytes = configured_max_bytes();
+    let Some(dir) = configured_dir() else { return DiskStats { max_bytes, ..Default::default() } };
+    let entries = scan(&dir);
+    DiskStats { entries: entries.len(), bytes: entries.iter().map(|e| e.1).sum(), dir, max_bytes }
+}
+
+/// Entries in `dir`: (path, size, last used).
+fn scan(dir: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
+    let Ok(dir) = fs::read_dir(dir) else { return Vec::new() };
+    dir.filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == EXT))
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            Some((e.path(), m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+        })
+        .collect()
 }
 
 /// Whether the persistent cache is on (`EAGER_COMPILE_CACHE` not `off`).

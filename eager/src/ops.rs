@@ -672,14 +672,12 @@ impl Op {
         }
     }
 
-    /// Every output's spec: one for every op but a compiled function's call.
-    pub fn output_specs(&self, inputs: &[Spec]) -> Result<SmallVec<[Spec; 1]>> {
+    /// Specs of the outputs after the first ([`Op::infer`] gives the first): only a compiled
+    /// function's call has more than one.
+    pub fn more_outputs(&self) -> &[Spec] {
         match self {
-            Op::Call(p) => {
-                self.infer(inputs)?;
-                Ok(p.outputs.iter().cloned().collect())
-            }
-            _ => Ok(smallvec::smallvec![self.infer(inputs)?]),
+            Op::Call(p) => &p.outputs[1..],
+            _ => &[],
         }
     }
 

@@ -52,8 +52,9 @@ impl<'de> serde::Deserialize<'de> for OpInfo {
     }
 }
 
-/// Op names are few (one per op kind): each distinct one read back is leaked once.
-fn intern(name: String) -> &'static str {
+/// Op names are few (one per op kind, one per compiled function): each distinct one is
+/// leaked once.
+pub(crate) fn intern(name: String) -> &'static str {
     use std::collections::HashSet;
     static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());

@@ -288,7 +288,7 @@ fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<(Arc<Executabl
 pub fn executable_for(op: Op, inputs: &[&Tensor]) -> Result<Arc<Executable>> {
     let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
     let rt = runtime(device.kind)?;
-    let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
+    let key = OpKey::new(op, inputs, device);
     Ok(executable(&rt, key, Instant::now())?.0)
 }
 
@@ -303,7 +303,7 @@ pub fn raw_buffer(t: &Tensor) -> *mut pjrt::ffi::PJRT_Buffer {
 #[doc(hidden)]
 pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
     let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
-    let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
+    let key = OpKey::new(op, inputs, device);
     global().cache.lookup(&key).is_some()
 }
 
@@ -341,12 +341,9 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
         ));
     }
     let dev = rt.device(device)?;
-    // A compiled function has several outputs; every other op one (its info's).
-    let program = match &op {
-        Op::Call(p) => Some(p.clone()),
-        _ => None,
-    };
-    let key = OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device };
+    // Cloned before the key takes the op (empty, so no allocation, for one-output ops).
+    let more_outputs: SmallVec<[Spec; 1]> = op.more_outputs().iter().cloned().collect();
+    let key = OpKey::new(op, inputs, device);
     let (exe, info, outcome, compile_ns) = executable(&rt, key, start)?;
     let exec_start = Instant::now();
     let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().map(|b| b.raw())).collect::<Result<_>>()?;
@@ -355,10 +352,7 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
     let done = exe.execute(&args, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
-    let out_bytes = match &program {
-        Some(p) => p.outputs.iter().map(Spec::size_in_bytes).sum(),
-        None => info.output.size_in_bytes(),
-    };
+    let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let bytes = inputs.iter().map(|t| t.spec().size_in_bytes()).sum::<usize>() + out_bytes;
     let seq = g.profiler.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes as u64);
     let first = out.first().expect("every op has an output");
@@ -399,10 +393,7 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
     } else {
         completion.ready_ns.store(g.profiler.now_ns().max(1), Ordering::Release);
     }
-    let specs: SmallVec<[Spec; 1]> = match &program {
-        Some(p) => p.outputs.iter().cloned().collect(),
-        None => smallvec::smallvec![info.output.clone()],
-    };
+    let specs = std::iter::once(info.output.clone()).chain(more_outputs);
     Ok(out
         .into_iter()
         .zip(specs)

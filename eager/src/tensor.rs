@@ -91,8 +91,8 @@ impl Tensor {
         self.autograd.is_some()
     }
 
-    /// Same data, no autograd state.
-    pub(crate) fn detached(&self) -> Tensor {
+    /// The same values, cut from the graph: no gradient flows back through the result.
+    pub fn detach(&self) -> Tensor {
         Tensor { inner: self.inner.clone(), autograd: None }
     }
 

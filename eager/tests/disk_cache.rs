@@ -81,6 +81,12 @@ fn assert_values(r: &ChildReport) {
     assert_eq!(r.values.len(), 2);
 }
 
+/// Every op of the child came from the disk cache, and nothing was wrong with an entry.
+fn assert_all_loaded_without_warnings(r: &ChildReport, stderr: &str) {
+    assert!(r.outcomes.iter().all(|(_, c)| *c == CacheOutcome::DiskHit), "{:?}", r.outcomes);
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
 fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
@@ -101,8 +107,7 @@ fn a_second_process_loads_from_disk_and_compiles_nothing() {
 
     let (second, stderr) = run_child(dir.path(), &[]);
     assert_eq!(second.outcomes.len(), first.outcomes.len());
-    assert!(second.outcomes.iter().all(|(_, c)| *c == CacheOutcome::DiskHit), "{:?}", second.outcomes);
-    assert!(!stderr.contains("warning"), "{stderr}");
+    assert_all_loaded_without_warnings(&second, &stderr);
     assert_eq!(second.values, first.values);
 }
 
@@ -131,8 +136,7 @@ fn corrupt_truncated_and_foreign_entries_are_recompiled_with_a_warning() {
 
     // The bad entries were replaced by good ones.
     let (third, stderr) = run_child(dir.path(), &[]);
-    assert!(third.outcomes.iter().all(|(_, c)| *c == CacheOutcome::DiskHit), "{:?}", third.outcomes);
-    assert!(!stderr.contains("warning"), "{stderr}");
+    assert_all_loaded_without_warnings(&third, &stderr);
 }
 
 #[test]
@@ -149,8 +153,7 @@ fn two_processes_filling_one_cache_at_once_leave_it_valid() {
     assert!(files.iter().all(|f| f.extension().is_some_and(|e| e == "xla")), "{files:?}");
     assert_eq!(files.len(), ra.outcomes.len());
     let (third, stderr) = run_child(dir.path(), &[]);
-    assert!(third.outcomes.iter().all(|(_, c)| *c == CacheOutcome::DiskHit), "{:?}", third.outcomes);
-    assert!(!stderr.contains("warning"), "{stderr}");
+    assert_all_loaded_without_warnings(&third, &stderr);
 }
 
 #[test]

@@ -146,13 +146,19 @@ fn assert_format_error<T: std::fmt::Debug>(result: Result<T>, path: &Path, words
 
 // ----- safetensors ----------------------------------------------------------------------------
 
+/// Saves one tensor of every dtype case to `path`; returns the cases.
+fn save_every_dtype(path: &std::path::Path) -> Result<Vec<Case>> {
+    let cases = every_dtype();
+    let named: Vec<(&str, &Tensor)> = cases.iter().map(|c| (c.name.as_str(), &c.tensor)).collect();
+    save_safetensors(path, &named)?;
+    Ok(cases)
+}
+
 #[test]
 fn safetensors_round_trips_every_dtype_bit_for_bit() -> Result<()> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("all.safetensors");
-    let cases = every_dtype();
-    let named: Vec<(&str, &Tensor)> = cases.iter().map(|c| (c.name.as_str(), &c.tensor)).collect();
-    save_safetensors(&path, &named)?;
+    let cases = save_every_dtype(&path)?;
 
     let loaded = load_safetensors(&path)?;
     let mut names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
@@ -172,9 +178,7 @@ fn safetensors_round_trips_every_dtype_bit_for_bit() -> Result<()> {
 fn safetensors_we_write_decode_with_the_safetensors_crate() -> Result<()> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("all.safetensors");
-    let cases = every_dtype();
-    let named: Vec<(&str, &Tensor)> = cases.iter().map(|c| (c.name.as_str(), &c.tensor)).collect();
-    save_safetensors(&path, &named)?;
+    let cases = save_every_dtype(&path)?;
 
     let file = std::fs::read(&path).unwrap();
     let st = SafeTensors::deserialize(&file).expect("the crate reads our file");
