@@ -5,7 +5,9 @@
 
 mod cpu;
 mod cuda;
-mod tpu;
+pub mod tpu;
+
+pub use tpu::{tpu_chips, NoTpu, TpuChips, TpuGeneration};
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::device::DeviceKind;
-use crate::pjrt::{Api, Client, OptionValue};
+use crate::pjrt::{Api, Client, LoadError, OptionValue, PjrtError};
 
 /// Why no plugin could be had, or it did not start.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,19 @@ pub enum PluginError {
     Timeout { kind: DeviceKind, secs: u64 },
     #[error("the {kind} plugin {path} failed to create a client: {msg}")]
     Client { kind: DeviceKind, path: PathBuf, msg: String },
+    #[error(
+        "the TPU is in use by {holder}: libtpu lets one process own a host's TPUs, and that process \
+         holds the lock on {}. To free them: {}",
+        lockfile.display(),
+        holder.how_to_free(lockfile)
+    )]
+    TpuInUse { holder: tpu::LockHolder, lockfile: PathBuf },
+    #[error(
+        "libtpu refused to start ({msg}), and no process holds its lockfile {0}: if no other process \
+         uses the TPU, the file is stale: remove it (`rm {0}`) and try again",
+        lockfile.display()
+    )]
+    TpuLockStale { lockfile: PathBuf, msg: String },
 }
 
 type Result<T> = std::result::Result<T, PluginError>;
@@ -88,6 +103,30 @@ pub fn cached_plugin_path(kind: DeviceKind) -> PathBuf {
 /// Is `kind`'s hardware present? (`Ok` for CPU.) Cheap; loads nothing.
 pub fn hardware_present(kind: DeviceKind) -> std::result::Result<(), String> {
     (target(kind).hardware)()
+}
+
+/// What precedes loading `kind`'s plugin: the hardware check, for TPU the check that no other
+/// process owns the TPUs, then the environment the plugin needs. Loads nothing.
+pub fn prepare(kind: DeviceKind) -> Result<()> {
+    let t = target(kind);
+    (t.hardware)().map_err(|why| PluginError::NoHardware { kind, why })?;
+    if kind == DeviceKind::Tpu {
+        tpu::check_tpu_lock()?;
+    }
+    (t.prepare_env)();
+    Ok(())
+}
+
+/// PJRT's ABORTED: libtpu's code for "another process owns the TPUs" (codes are stable, texts
+/// are not).
+const ABORTED: i32 = 10;
+
+/// A TPU start that libtpu aborted, explained from its lockfile; `None` for any other error.
+fn explain_tpu_abort(kind: DeviceKind, error: &PjrtError) -> Option<PluginError> {
+    if kind != DeviceKind::Tpu || error.code != ABORTED {
+        return None;
+    }
+    tpu::explain_lock_refusal(&error.to_string())
 }
 
 /// Finds the plugin of `kind`: `explicit`, `EAGER_PJRT_PLUGIN_<KIND>`, `EAGER_PJRT_PLUGIN`,
@@ -223,9 +262,8 @@ pub(crate) struct Started {
 /// the target's watchdog so that a hanging device probe becomes an error.
 pub(crate) fn start(kind: DeviceKind, explicit: Option<&Path>) -> crate::Result<Started> {
     let t = target(kind);
-    (t.hardware)().map_err(|why| PluginError::NoHardware { kind, why })?;
+    prepare(kind)?;
     let path = locate(kind, explicit)?;
-    (t.prepare_env)();
     let (tx, rx) = mpsc::channel();
     let thread_path = path.clone();
     let options = (t.client_options)();
@@ -233,11 +271,18 @@ pub(crate) fn start(kind: DeviceKind, explicit: Option<&Path>) -> crate::Result<
         .name(format!("eager-start-{kind}"))
         .spawn(move || {
             let r = (|| -> crate::Result<(Arc<Api>, Arc<Client>)> {
-                let api = loaded_api(&thread_path)?;
-                let client = Client::create(api.clone(), &options).map_err(|e| PluginError::Client {
-                    kind,
-                    path: thread_path.clone(),
-                    msg: e.to_string(),
+                let api = loaded_api(&thread_path).map_err(|e| match &e {
+                    crate::Error::Load(LoadError::Initialize { source, .. }) => {
+                        explain_tpu_abort(kind, source).map_or(e, Into::into)
+                    }
+                    _ => e,
+                })?;
+                let client = Client::create(api.clone(), &options).map_err(|e| {
+                    explain_tpu_abort(kind, &e).unwrap_or_else(|| PluginError::Client {
+                        kind,
+                        path: thread_path.clone(),
+                        msg: e.to_string(),
+                    })
                 })?;
                 Ok((api, client))
             })();
