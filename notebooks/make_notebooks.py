@@ -45,7 +45,8 @@ NOTEBOOKS = {
                       "    }\n"
                       "    Ok(())\n"
                       "});\nr?;\nfor h in churn.hints() { println!(\"{h}\"); }"),
-        new_code_cell("p.write_trace(\"profiling-trace.json\")?;\n\"open profiling-trace.json in ui.perfetto.dev\""),
+        new_code_cell("let trace = std::env::temp_dir().join(\"profiling-trace.json\");\n"
+                      "p.write_trace(&trace)?;\nformat!(\"open {} in ui.perfetto.dev\", trace.display())"),
     ],
     "03-what-eager-costs.ipynb": [
         new_markdown_cell("# What eager dispatch costs, op by op\n\n"
@@ -54,15 +55,28 @@ NOTEBOOKS = {
                           "and moving data. Dispatch is asynchronous: an op returns once the device has accepted "
                           "it, so the timings below wait for the result (`block_until_ready`)."),
         new_code_cell("use eager::profiler::CacheOutcome;\n"
-                      "let x = Tensor::rand(&[256, 256], DType::F32)?;\n"
+                      "use std::time::{Instant, SystemTime, UNIX_EPOCH};\n"
+                      "// How the last sin got its executable, read from the profiler's log.\n"
+                      "fn how(mark: u64) -> &'static str {\n"
+                      "    match profiler::events_since(mark).iter().find(|e| e.name() == \"sin\").and_then(|e| e.cache) {\n"
+                      "        Some(CacheOutcome::Miss) => \"compiled\",\n"
+                      "        Some(CacheOutcome::DiskHit) => \"loaded from the disk cache\",\n"
+                      "        _ => \"already in memory\",\n"
+                      "    }\n"
+                      "}\n"
+                      "// A shape this machine has never compiled for (its width comes from the clock).\n"
+                      "let cols = 1000 + (SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() % 9000) as usize;\n"
+                      "let x = Tensor::rand(&[64, cols], DType::F32)?;\n"
                       "let mark = profiler::next_seq();\n"
-                      "let t = std::time::Instant::now();\nx.sin()?.block_until_ready()?;\n"
-                      "let how = match profiler::events_since(mark).iter().find(|e| e.name() == \"sin\").and_then(|e| e.cache) {\n"
-                      "    Some(CacheOutcome::Miss) => \"compile\",\n"
-                      "    Some(CacheOutcome::DiskHit) => \"load from the disk cache\",\n"
-                      "    _ => \"already in memory\",\n"
-                      "};\n"
-                      "format!(\"first sin: {:.1} ms ({how} + run)\", t.elapsed().as_secs_f64() * 1e3)"),
+                      "let t = Instant::now();\nx.sin()?.block_until_ready()?;\n"
+                      "format!(\"first sin of f32[64, {cols}]: {:.1} ms ({} + run)\", t.elapsed().as_secs_f64() * 1e3, how(mark))"),
+        new_markdown_cell("That compile was also written to the persistent compile cache "
+                          "(`~/.cache/eager/compiled`). A new session finds it there: emptying the in-memory "
+                          "cache shows what that costs instead of a compile."),
+        new_code_cell("cache::clear();\n"
+                      "let mark = profiler::next_seq();\n"
+                      "let t = Instant::now();\nx.sin()?.block_until_ready()?;\n"
+                      "format!(\"sin again, in-memory cache emptied: {:.1} ms ({} + run)\", t.elapsed().as_secs_f64() * 1e3, how(mark))"),
         new_code_cell("let t = std::time::Instant::now();\nlet mut y = x.clone();\n"
                       "for _ in 0..1000 { y = x.sin()?; }\ny.block_until_ready()?;\n"
                       "format!(\"cached sin: {:.1} µs per call\", t.elapsed().as_secs_f64() * 1e6 / 1000.0)"),
@@ -167,8 +181,9 @@ NOTEBOOKS = {
                       "comparison.as_png().unwrap()"),
         new_markdown_cell("The trained weights, saved as safetensors (the format of the Hugging Face hub) and "
                           "read back:"),
-        new_code_cell("eager::io::save_safetensors(\"spiral-mlp.safetensors\", &nn::state_dict(&model2))?;\n"
-                      "let loaded = eager::io::load_safetensors(\"spiral-mlp.safetensors\")?;\n"
+        new_code_cell("let path = std::env::temp_dir().join(\"spiral-mlp.safetensors\");\n"
+                      "eager::io::save_safetensors(&path, &nn::state_dict(&model2))?;\n"
+                      "let loaded = eager::io::load_safetensors(&path)?;\n"
                       "loaded.iter().map(|(n, t)| format!(\"{n}: {:?} {}\", t.shape(), t.dtype())).collect::<Vec<_>>().join(\"\\n\")"),
     ],
 }

@@ -306,3 +306,29 @@ fn scan(dir: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
 pub fn is_enabled() -> bool {
     configured_dir().is_some()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key holds the compile options, NaN-propagating min/max flag included: executables
+    /// compiled without it are not loaded for programs compiled with it.
+    #[test]
+    fn the_key_holds_the_compile_options() {
+        let cache = DiskCache {
+            dir: PathBuf::from("cache"),
+            identity: "plugin".into(),
+            max_bytes: 0,
+            estimate: AtomicU64::new(0),
+            counted: std::sync::Once::new(),
+        };
+        let options = crate::pjrt::COMPILE_OPTIONS;
+        let key = cache.key("module", options);
+        let flag = b"xla_cpu_enable_fast_min_max";
+        assert!(key.windows(flag.len()).any(|w| w == flag));
+        // The options before the override: the basics alone.
+        let without = &options[..options.len() - 35];
+        assert_eq!(without, b"\x1a\x04\x20\x01\x28\x01\x20\x01");
+        assert_ne!(cache.path_for(&key), cache.path_for(&cache.key("module", without)));
+    }
+}

@@ -5,39 +5,88 @@ use std::path::PathBuf;
 use crate::pjrt::{LoadError, PjrtError};
 
 /// Everything that can go wrong in eager. Shape and dtype errors are found before anything
-/// reaches XLA; PJRT errors carry the op they came from.
+/// reaches XLA; PJRT errors carry the op they came from. Its `Display` is written out below
+/// (not derived) so that a REPL session learns the kind of the error a cell's `?` printed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Input shapes that the op cannot take (found before compiling).
-    #[error("{op}: shape error: {msg}")]
     Shape { op: &'static str, msg: String },
     /// Input dtypes that the op cannot take (found before compiling).
-    #[error("{op}: dtype error: {msg}")]
     DType { op: &'static str, msg: String },
     /// Any other invalid argument (bad dim, bad index, mixed devices, …).
-    #[error("{op}: {msg}")]
     Invalid { op: &'static str, msg: String },
     /// PJRT rejected a compile, execute or transfer.
-    #[error("{op}: {source}")]
     Pjrt { op: String, source: PjrtError },
     /// An op failed on the device after it was dispatched. Dispatch is asynchronous, so this
     /// is reported by the first read (or wait) of a result that depends on it.
-    #[error("{op} failed on the device: {message} (reported when reading the result of {read})")]
     DeviceFailure { op: String, message: String, read: String },
     /// No usable plugin for the device kind.
-    #[error(transparent)]
-    Plugin(#[from] crate::plugin::PluginError),
-    #[error(transparent)]
-    Load(#[from] LoadError),
+    Plugin(crate::plugin::PluginError),
+    Load(LoadError),
     /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     /// A weights file is malformed, holds what eager cannot, or cannot hold what was saved.
-    #[error("{}: {msg}", path.display())]
     Format { path: PathBuf, msg: String },
     /// The session was interrupted (Ctrl-C in the REPL, interrupt in a notebook).
-    #[error("{op}: interrupted")]
     Interrupted { op: &'static str },
+}
+
+impl Error {
+    /// The error's kind, as a notebook names it (Jupyter's `ename`): `ShapeError`, …
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Shape { .. } => "ShapeError",
+            Error::DType { .. } => "DTypeError",
+            Error::Invalid { .. } => "ValueError",
+            Error::Pjrt { .. } => "PjrtError",
+            Error::DeviceFailure { .. } => "DeviceError",
+            Error::Plugin(_) => "PluginError",
+            Error::Load(_) => "PluginLoadError",
+            Error::Io { .. } => "IoError",
+            Error::Format { .. } => "FormatError",
+            Error::Interrupted { .. } => "Interrupted",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Error::Shape { op, msg } => format!("{op}: shape error: {msg}"),
+            Error::DType { op, msg } => format!("{op}: dtype error: {msg}"),
+            Error::Invalid { op, msg } => format!("{op}: {msg}"),
+            Error::Pjrt { op, source } => format!("{op}: {source}"),
+            Error::DeviceFailure { op, message, read } => {
+                format!("{op} failed on the device: {message} (reported when reading the result of {read})")
+            }
+            Error::Plugin(e) => e.to_string(),
+            Error::Load(e) => e.to_string(),
+            Error::Io { path, source } => format!("{}: {source}", path.display()),
+            Error::Format { path, msg } => format!("{}: {msg}", path.display()),
+            Error::Interrupted { op } => format!("{op}: interrupted"),
+        }
+    }
+}
+
+// By hand, not `#[from]`: the wrapped error's text is this one's, so it is no `source` (a
+// chain printer would show it twice).
+impl From<crate::plugin::PluginError> for Error {
+    fn from(e: crate::plugin::PluginError) -> Error {
+        Error::Plugin(e)
+    }
+}
+
+impl From<LoadError> for Error {
+    fn from(e: LoadError) -> Error {
+        Error::Load(e)
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.message();
+        // evcxr prints a cell's `?` error with Display alone: the session keeps its kind.
+        crate::session::note_shown_error(self.kind(), &text);
+        f.write_str(&text)
+    }
 }
 
 impl Error {

@@ -98,6 +98,8 @@ impl Embedding {
     }
 
     /// Rows for integer `indices` of any shape: the result has shape `indices.shape + [dim]`.
+    /// Indices are checked as [`Tensor::index_select`] checks them: one outside `-count..count`
+    /// is an error; a negative one counts from the end (torch's embedding refuses those).
     pub fn lookup(&self, indices: &Tensor) -> Result<Tensor> {
         let w = self.weight.get();
         let dim = w.shape()[1];
@@ -271,7 +273,9 @@ impl Module for Sequential {
 }
 
 /// Mean cross-entropy of `logits [N, C]` against integer class `targets [N]` (i32 or i64),
-/// computed from log-softmax (as torch's `cross_entropy`).
+/// computed from log-softmax (as torch's `cross_entropy`). A target outside `0..C` uploaded
+/// from the host is an error (torch: "Target 7 is out of bounds"); one computed on the device
+/// is not checked and adds nothing to the loss.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     if logits.rank() != 2 || targets.rank() != 1 || targets.shape()[0] != logits.shape()[0] {
         return Err(Error::shape(
@@ -283,6 +287,15 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
         return Err(Error::dtype("cross_entropy", format!("targets must be class indices (i32 or i64), got {}", targets.dtype())));
     }
     let classes = logits.shape()[1];
+    // Targets from the host are checked here (a bad one would silently pick no class);
+    // targets computed on the device are not.
+    if let Some((lo, hi)) = targets.host_bounds().filter(|(lo, hi)| lo <= hi) {
+        if lo < 0 || hi >= classes as i64 {
+            let bad = if lo < 0 { lo } else { hi };
+            let msg = format!("target {bad} is out of range for {classes} classes");
+            return Err(Error::invalid("cross_entropy", msg));
+        }
+    }
     let positions = Tensor::arange_on(0.0, classes as f64, 1.0, targets.dtype(), targets.device())?;
     let onehot = targets.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(logits.dtype())?;
     logits.log_softmax(1)?.mul(&onehot)?.sum(&[1], false)?.mean_all()?.neg()

@@ -132,8 +132,10 @@ pub enum Op {
     BroadcastTo(Shape),
     /// Strided slice of every dim.
     Slice { starts: Dims, limits: Dims, strides: Dims },
-    /// Rows of input 0 along `dim` picked by the 1-D integer input 1 (indices clamp, as in XLA).
-    IndexSelect { dim: usize },
+    /// Rows of input 0 along `dim` picked by the 1-D integer input 1; negative indices count
+    /// from the end. With `check`, the module also returns a check of the indices (`IndexCheck`:
+    /// for indices computed on the device; those from the host are checked before dispatch).
+    IndexSelect { dim: usize, check: bool },
     Concat { dim: usize },
     Cast(DType),
     /// Broadcasts the scalar input to `shape` (zeros, ones, full).
@@ -149,6 +151,23 @@ pub enum Op {
     Pad { low: Dims, high: Dims, interior: Dims },
     /// A call of a compiled function: one program of many ops (see [`crate::compile`]).
     Call(Arc<Program>),
+}
+
+/// What the check result of an op on indices computed on the device is about (`i64[2]`: the
+/// position of the first index out of range, or -1, and that index). The runtime reads it
+/// lazily, when a result that depends on the op is read, and reports a bad index as the op's
+/// failure.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexCheck {
+    pub dim: usize,
+    pub size: usize,
+}
+
+impl IndexCheck {
+    /// The failure for a bad `index` (the same words as the check of host indices).
+    pub(crate) fn message(&self, index: i64) -> String {
+        format!("index {index} is out of range for dim {} of size {}", self.dim, self.size)
+    }
 }
 
 /// A value of a traced program: a parameter, or the result of an op on earlier values.
@@ -285,7 +304,8 @@ impl Op {
             Op::Slice { starts, limits, strides } => {
                 format!("start={:?} limit={:?} stride={:?}", starts.as_slice(), limits.as_slice(), strides.as_slice())
             }
-            Op::IndexSelect { dim } | Op::Concat { dim } => format!("dim={dim}"),
+            Op::IndexSelect { dim, check } => format!("dim={dim}{}", if *check { " checked" } else { "" }),
+            Op::Concat { dim } => format!("dim={dim}"),
             Op::Cast(d) => format!("to={d}"),
             Op::Arange { n, dtype } => format!("n={n} dtype={dtype}"),
             Op::Eye { n, m, dtype } => format!("n={n} m={m} dtype={dtype}"),
@@ -370,7 +390,16 @@ impl Op {
                         }
                         DType::I64
                     }
-                    _ => {
+                    Reduce::Max | Reduce::Min => {
+                        Accepts::Numeric.check(name, x.dtype)?;
+                        // As torch: an empty dim has no max (XLA would give the identity, -inf).
+                        if let Some(&d) = dims.iter().find(|&&d| x.shape[d] == 0) {
+                            let msg = format!("cannot reduce over dim {d} of size 0: it has no {name}");
+                            return Err(Error::shape(name, msg));
+                        }
+                        x.dtype
+                    }
+                    Reduce::Sum => {
                         Accepts::Numeric.check(name, x.dtype)?;
                         x.dtype
                     }
@@ -424,7 +453,7 @@ impl Op {
                 }
                 Ok(Spec { shape, dtype: x.dtype })
             }
-            Op::IndexSelect { dim } => {
+            Op::IndexSelect { dim, .. } => {
                 check_arity(name, inputs, 2)?;
                 let (x, idx) = (&inputs[0], &inputs[1]);
                 if *dim >= x.rank() {
@@ -628,12 +657,21 @@ impl Op {
                     .collect();
                 one(crate::runtime::dispatch(Op::Slice { starts, limits, strides }, &[g], None)?)
             }
-            Op::IndexSelect { dim } => {
+            Op::IndexSelect { dim, .. } => {
                 // Scatter-add, composed: move `dim` first, multiply by the one-hot of the
                 // indices (transposed), move it back.
                 let (src, idx) = (x[0], x[1]);
                 let n = src.shape()[*dim];
                 let rank = src.rank();
+                // The forward wrapped negative indices; so does the one-hot.
+                let wrapped;
+                let idx = match idx.host_bounds() {
+                    Some((lo, _)) if lo >= 0 => idx,
+                    _ => {
+                        wrapped = idx.lt_scalar(0.0)?.where_cond(&idx.add_scalar(n as f64)?, idx)?;
+                        &wrapped
+                    }
+                };
                 let mut perm: Vec<isize> = vec![*dim as isize];
                 perm.extend((0..rank as isize).filter(|&d| d != *dim as isize));
                 let gp = g.permute(&perm)?;
@@ -672,6 +710,17 @@ impl Op {
         }
     }
 
+    /// The check the op's module returns after its result, if any (indices computed on the
+    /// device: see [`IndexCheck`]).
+    pub(crate) fn index_check(&self, inputs: &[&Tensor]) -> Option<IndexCheck> {
+        match self {
+            Op::IndexSelect { dim, check: true } => {
+                Some(IndexCheck { dim: *dim, size: inputs[0].shape()[*dim] })
+            }
+            _ => None,
+        }
+    }
+
     /// Specs of the outputs after the first ([`Op::infer`] gives the first): only a compiled
     /// function's call has more than one.
     pub fn more_outputs(&self) -> &[Spec] {
@@ -695,13 +744,22 @@ impl Op {
         let result = self.emit(&mut e, &args, output);
         debug_assert_eq!(&result.spec, output, "{}: emission and shape rule disagree", self.name());
         let params: Vec<String> = args.iter().map(|a| format!("{}: {}", a.name, a.spec.mlir())).collect();
+        // The result, then any check results (see `index_check`).
+        let results: Vec<&Value> = std::iter::once(&result).chain(&e.extra).collect();
+        let names: Vec<&str> = results.iter().map(|v| v.name.as_str()).collect();
+        let types: Vec<String> = results.iter().map(|v| v.spec.mlir()).collect();
+        let out = if types.len() == 1 { types[0].clone() } else { format!("({})", types.join(", ")) };
         format!(
-            "module @eager_{name} {{\n  func.func public @main({params}) -> {out} {{\n{body}    \"func.return\"({r}) : ({out}) -> ()\n  }}\n}}\n",
+            concat!(
+                "module @eager_{name} {{\n  func.func public @main({params}) -> {out} {{\n",
+                "{body}    \"func.return\"({r}) : ({types}) -> ()\n  }}\n}}\n"
+            ),
             name = self.name(),
             params = params.join(", "),
-            out = output.mlir(),
             body = e.body,
-            r = result.name,
+            r = names.join(", "),
+            types = types.join(", "),
+            out = out,
         )
     }
 
@@ -748,18 +806,33 @@ impl Op {
                         nb
                     )
                 };
-                e.op("stablehlo.dot_general", &[&a, &b], &format!("dot_dimension_numbers = #stablehlo.dot<{attr}>"), out)
+                // f16/bf16 products accumulate in f32 and round once, as torch and JAX do.
+                let acc = Spec { shape: out.shape.clone(), dtype: accumulator(out.dtype) };
+                let dims = format!("dot_dimension_numbers = #stablehlo.dot<{attr}>");
+                let r = e.op("stablehlo.dot_general", &[&a, &b], &dims, &acc);
+                if acc.dtype == out.dtype {
+                    r
+                } else {
+                    e.op("stablehlo.convert", &[&r], "", out)
+                }
             }
             Op::Reduce { kind, dims, keepdim } => {
                 let flat = Spec { shape: reduced_shape(&x[0].spec.shape, dims, false), dtype: out.dtype };
                 let r = match kind {
+                    Reduce::Sum if accumulator(out.dtype) != out.dtype => {
+                        // f16/bf16: accumulate in f32 and round once (as torch and JAX).
+                        let wide = Spec { shape: x[0].spec.shape.clone(), dtype: accumulator(out.dtype) };
+                        let v = e.op("stablehlo.convert", &[&x[0]], "", &wide);
+                        let s = e.reduce(&v, dims, "stablehlo.add", 0.0);
+                        e.op("stablehlo.convert", &[&s], "", &flat)
+                    }
                     Reduce::Sum => e.reduce(&x[0], dims, "stablehlo.add", 0.0),
                     Reduce::Max => e.reduce(&x[0], dims, "stablehlo.maximum", lowest(x[0].spec.dtype)),
                     Reduce::Min => e.reduce(&x[0], dims, "stablehlo.minimum", highest(x[0].spec.dtype)),
                     Reduce::Mean => {
                         // f16/bf16: sum and divide in f32 (as torch does), so that neither the
                         // sum nor the count (inf in f16 past 65504) overflows.
-                        let narrow = matches!(out.dtype, DType::F16 | DType::BF16);
+                        let narrow = accumulator(out.dtype) != out.dtype;
                         let v = if narrow {
                             e.op("stablehlo.convert", &[&x[0]], "", &Spec { shape: x[0].spec.shape.clone(), dtype: DType::F32 })
                         } else {
@@ -804,10 +877,20 @@ impl Op {
                 &format!("start_indices = {}, limit_indices = {}, strides = {}", i64_array(starts), i64_array(limits), i64_array(strides)),
                 out,
             ),
-            Op::IndexSelect { dim } => {
+            Op::IndexSelect { dim, check } => {
                 let (src, idx) = (&x[0], &x[1]);
                 let n = idx.spec.shape[0];
-                let idx2 = e.op("stablehlo.reshape", &[idx], "", &Spec::new(&[n, 1], idx.spec.dtype));
+                // Negative indices count from the end: idx < 0 ? idx + size : idx.
+                let zero = e.constant(&idx.spec, 0.0);
+                let size = e.constant(&idx.spec, src.spec.shape[*dim] as f64);
+                let negative = e.compare("LT", idx, &zero);
+                let shifted = e.op("stablehlo.add", &[idx, &size], "", &idx.spec);
+                let wrapped = e.op("stablehlo.select", &[&negative, &shifted, idx], "", &idx.spec);
+                if *check {
+                    let flag = e.index_check(&wrapped, idx, &size);
+                    e.extra.push(flag);
+                }
+                let idx2 = e.op("stablehlo.reshape", &[&wrapped], "", &Spec::new(&[n, 1], idx.spec.dtype));
                 let offset: Vec<usize> = (0..src.spec.rank()).filter(|d| d != dim).collect();
                 let mut sizes: Dims = src.spec.shape.clone().into_iter().collect();
                 sizes[*dim] = 1;
@@ -940,6 +1023,14 @@ fn reduced_shape(shape: &[usize], dims: &[usize], keepdim: bool) -> Shape {
         .collect()
 }
 
+/// The dtype sums and products of `d` accumulate in: f32 for f16 and bf16, else `d` itself.
+fn accumulator(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
 /// The identity of `max`: -inf for floats, the smallest value for ints.
 fn lowest(d: DType) -> f64 {
     match d {
@@ -1002,6 +1093,8 @@ struct Value {
 struct Emitter {
     body: String,
     next: usize,
+    /// Check results returned after the op's result (one-op modules only).
+    extra: Vec<Value>,
 }
 
 impl Emitter {
@@ -1077,7 +1170,8 @@ impl Emitter {
         Value { name, spec: out }
     }
 
-    /// Index of the max (`GT`) or min (`LT`) along `dim`, the first on ties.
+    /// Index of the max (`GT`) or min (`LT`) along `dim`, the first on ties. NaN counts as the
+    /// extreme either way (the first NaN wins), as in torch and NumPy.
     fn arg_reduce(&mut self, x: &Value, dim: usize, direction: &str) -> Value {
         let d = x.spec.dtype;
         let idx_spec = Spec { shape: x.spec.shape.clone(), dtype: DType::I64 };
@@ -1107,7 +1201,17 @@ impl Emitter {
         let earlier = self.compare("LT", &ai_, &bi_);
         let bs = Spec::new(&[], DType::Bool);
         let tie = self.op("stablehlo.and", &[&equal, &earlier], "", &bs);
-        let take = self.op("stablehlo.or", &[&better, &tie], "", &bs);
+        let mut take = self.op("stablehlo.or", &[&better, &tie], "", &bs);
+        if d.is_float() {
+            // With a NaN on either side, a wins if it is NaN and b is not, or both are and a is earlier.
+            let a_nan = self.compare("NE", &av_, &av_);
+            let b_nan = self.compare("NE", &bv_, &bv_);
+            let any_nan = self.op("stablehlo.or", &[&a_nan, &b_nan], "", &bs);
+            let b_num = self.op("stablehlo.not", &[&b_nan], "", &bs);
+            let b_loses = self.op("stablehlo.or", &[&b_num, &earlier], "", &bs);
+            let a_wins = self.op("stablehlo.and", &[&a_nan, &b_loses], "", &bs);
+            take = self.op("stablehlo.select", &[&any_nan, &a_wins, &take], "", &bs);
+        }
         let rv = self.op("stablehlo.select", &[&take, &av_, &bv_], "", &vs);
         let ri = self.op("stablehlo.select", &[&take, &ai_, &bi_], "", &is);
         let _ = write!(
@@ -1126,6 +1230,70 @@ impl Emitter {
             out_i.mlir()
         );
         Value { name: format!("{name}#1"), spec: out_i }
+    }
+
+    /// The [`IndexCheck`] result, `i64[2]`: the position of the first of the `wrapped` indices
+    /// outside `[0, size)`, or -1, and that index as given (`raw`).
+    fn index_check(&mut self, wrapped: &Value, raw: &Value, size: &Value) -> Value {
+        let k = raw.spec.shape[0];
+        let zero = self.constant(&wrapped.spec, 0.0);
+        let below = self.compare("LT", wrapped, &zero);
+        let above = self.compare("GE", wrapped, size);
+        let bad = self.op("stablehlo.or", &[&below, &above], "", &below.spec);
+        let ks = Spec::new(&[k], DType::I64);
+        let iota = self.op("stablehlo.iota", &[], "iota_dimension = 0 : i64", &ks);
+        let none = self.constant(&ks, k as f64);
+        let keys = self.op("stablehlo.select", &[&bad, &iota, &none], "", &ks);
+        let values = match raw.spec.dtype {
+            DType::I64 => raw.clone(),
+            _ => self.op("stablehlo.convert", &[raw], "", &ks),
+        };
+        // The smallest key (position) and its index, as one reduce of the pairs.
+        let s = Spec::new(&[], DType::I64);
+        let (init_k, init_v) = (self.constant(&s, k as f64), self.constant(&s, 0.0));
+        let name = self.fresh();
+        let (ak, av, bk, bv) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+        let t = s.mlir();
+        let _ = writeln!(
+            self.body,
+            concat!(
+                "    {name}:2 = \"stablehlo.reduce\"({}, {}, {}, {}) ({{\n",
+                "    ^bb0({ak}: {t}, {av}: {t}, {bk}: {t}, {bv}: {t}):"
+            ),
+            keys.name,
+            values.name,
+            init_k.name,
+            init_v.name,
+            name = name,
+            ak = ak,
+            av = av,
+            bk = bk,
+            bv = bv,
+            t = t,
+        );
+        let v = |n: &str| Value { name: n.to_string(), spec: s.clone() };
+        let first = self.compare("LE", &v(&ak), &v(&bk));
+        let rk = self.op("stablehlo.select", &[&first, &v(&ak), &v(&bk)], "", &s);
+        let rv = self.op("stablehlo.select", &[&first, &v(&av), &v(&bv)], "", &s);
+        let _ = write!(
+            self.body,
+            concat!(
+                "      \"stablehlo.return\"({}, {}) : ({t}, {t}) -> ()\n",
+                "    }}) {{dimensions = array<i64: 0>}} : ({kt}, {kt}, {t}, {t}) -> ({t}, {t})\n"
+            ),
+            rk.name,
+            rv.name,
+            kt = ks.mlir(),
+            t = t,
+        );
+        let (pos, index) = (v(&format!("{name}#0")), v(&format!("{name}#1")));
+        let found = self.compare("LT", &pos, &init_k);
+        let minus_one = self.constant(&s, -1.0);
+        let pos = self.op("stablehlo.select", &[&found, &pos, &minus_one], "", &s);
+        let one = Spec::new(&[1], DType::I64);
+        let pos = self.op("stablehlo.reshape", &[&pos], "", &one);
+        let index = self.op("stablehlo.reshape", &[&index], "", &one);
+        self.op("stablehlo.concatenate", &[&pos, &index], "dimension = 0 : i64", &Spec::new(&[2], DType::I64))
     }
 
     /// Uniform numbers in [0, 1) of `shape` and float `dtype` (f32 or f64) from the ThreeFry

@@ -69,6 +69,8 @@ pub(crate) struct Global {
     scalars: Mutex<HashMap<(Device, DType, u64), Tensor>>,
     /// The compiled function being traced, if any.
     pub(crate) tracer: crate::compile::Tracer,
+    /// The last eager error a session's cell displayed: (kind, text) (see `session`).
+    pub(crate) shown_error: Mutex<Option<(String, String)>>,
 }
 
 impl Global {
@@ -89,6 +91,7 @@ impl Global {
             grad_mode: Default::default(),
             scalars: Mutex::new(HashMap::new()),
             tracer: Default::default(),
+            shown_error: Mutex::new(None),
         }
     }
 
@@ -145,16 +148,18 @@ pub fn devices(kind: DeviceKind) -> Result<Vec<Device>> {
     Ok((0..rt.client.devices.len()).map(|i| Device::new(kind, i)).collect())
 }
 
-/// One line per device: `cpu:0  cpu  id=0  …`.
+/// One line per device: `cpu:0  cpu  id=0  …`; for TPU, first a line with the chips found on
+/// the PCI bus (generation and count) or why none.
 pub fn describe_devices(kind: DeviceKind) -> Result<Vec<String>> {
+    let chips = match kind {
+        DeviceKind::Tpu => Some(plugin::tpu::describe_chips()),
+        _ => None,
+    };
     let rt = runtime(kind)?;
-    Ok(rt
-        .client
-        .devices
-        .iter()
-        .enumerate()
-        .map(|(i, d)| format!("{}  kind={}  id={}  ({})", Device::new(kind, i), d.kind, d.id, d.description))
-        .collect())
+    let devices = rt.client.devices.iter().enumerate().map(|(i, d)| {
+        format!("{}  kind={}  id={}  ({})", Device::new(kind, i), d.kind, d.id, d.description)
+    });
+    Ok(chips.into_iter().chain(devices).collect())
 }
 
 /// The device constructors use when none is given (`EAGER_DEVICE`, else `cpu:0`).
@@ -185,6 +190,45 @@ pub(crate) struct Completion {
     /// Profiler-clock time the buffer was ready; 0 while pending.
     ready_ns: AtomicU64,
     failure: OnceLock<Arc<Failure>>,
+    /// Device-side index checks this result depends on that no read has passed yet (its own
+    /// op's and its inputs'): a read resolves them, and a bad index fails it.
+    checks: Mutex<SmallVec<[Arc<PendingCheck>; 1]>>,
+    /// Whether `checks` may be non-empty (dispatches skip its lock when not).
+    has_checks: AtomicBool,
+}
+
+/// An op's [`IndexCheck`](crate::ops::IndexCheck) result on the device, read once when first
+/// needed: not at dispatch, which would wait for the device.
+pub(crate) struct PendingCheck {
+    op: String,
+    check: crate::ops::IndexCheck,
+    flag: pjrt::Buffer,
+    /// `None` once read and passed; the failure's message if an index was out of range.
+    verdict: OnceLock<Option<String>>,
+}
+
+/// Pending checks one result carries before the oldest are resolved at dispatch (a loop that
+/// never reads would otherwise collect them without bound).
+const MAX_PENDING_CHECKS: usize = 16;
+
+impl PendingCheck {
+    /// Reads the flag (waiting for its op) unless already read; the message if it failed.
+    fn resolve(&self) -> Option<&str> {
+        self.verdict
+            .get_or_init(|| {
+                let mut bytes = [0u8; 16];
+                // A failed op reports itself through its result's read, not here.
+                self.flag.to_host(&mut bytes).ok()?;
+                let position = i64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+                let index = i64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+                (position >= 0).then(|| self.check.message(index))
+            })
+            .as_deref()
+    }
+
+    fn passed(&self) -> bool {
+        matches!(self.verdict.get(), Some(None))
+    }
 }
 
 /// An op that failed on the device, with its inputs' completions: a failure propagates to
@@ -205,6 +249,52 @@ impl Completion {
 
     fn is_done(&self) -> bool {
         self.ready_ns.load(Ordering::Acquire) != 0
+    }
+
+    /// Takes on the unpassed checks of `inputs` and the op's own (`own`: its check and flag).
+    fn inherit(&self, inputs: &[&Tensor], own: Option<(crate::ops::IndexCheck, String, pjrt::Buffer)>) {
+        let mut list: SmallVec<[Arc<PendingCheck>; 1]> = SmallVec::new();
+        for t in inputs.iter().filter(|t| t.completion().has_checks.load(Ordering::Acquire)) {
+            for c in lock(&t.completion().checks).iter() {
+                if !c.passed() && !list.iter().any(|k| Arc::ptr_eq(k, c)) {
+                    list.push(c.clone());
+                }
+            }
+        }
+        if let Some((check, op, flag)) = own {
+            list.push(Arc::new(PendingCheck { op, check, flag, verdict: OnceLock::new() }));
+        }
+        if list.len() > MAX_PENDING_CHECKS {
+            // Old ones are done by now: reading them costs a small copy, not a wait. A failed
+            // one stays, to fail the read.
+            let excess = list.len() - MAX_PENDING_CHECKS;
+            let mut k = 0;
+            list.retain(|c| {
+                k += 1;
+                k > excess || c.resolve().is_some()
+            });
+        }
+        if !list.is_empty() {
+            *lock(&self.checks) = list;
+            self.has_checks.store(true, Ordering::Release);
+        }
+    }
+
+    /// Resolves the pending index checks before `read` reads this result: the first that
+    /// found a bad index fails the read, naming its op.
+    pub(crate) fn verify(&self, read: &str) -> Result<()> {
+        if !self.has_checks.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let pending: SmallVec<[Arc<PendingCheck>; 1]> = lock(&self.checks).clone();
+        for c in &pending {
+            if let Some(message) = c.resolve() {
+                let (op, message, read) = (c.op.clone(), message.to_string(), read.to_string());
+                return Err(Error::DeviceFailure { op, message, read });
+            }
+        }
+        lock(&self.checks).retain(|c| !c.passed());
+        Ok(())
     }
 
     /// The error to report for a failed read or wait of the tensor `read`.
@@ -343,6 +433,7 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
     let dev = rt.device(device)?;
     // Cloned before the key takes the op (empty, so no allocation, for one-output ops).
     let more_outputs: SmallVec<[Spec; 1]> = op.more_outputs().iter().cloned().collect();
+    let index_check = op.index_check(inputs);
     let key = OpKey::new(op, inputs, device);
     let (exe, info, outcome, compile_ns) = executable(&rt, key, start)?;
     let exec_start = Instant::now();
@@ -352,6 +443,9 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
     let done = exe.execute(&args, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
+    // An index check is the last output: kept by the completion, read when a result is read.
+    let own_check = index_check.and_then(|c| Some((c, info.signature(), out.pop()?)));
+    completion.inherit(inputs, own_check);
     let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let bytes = inputs.iter().map(|t| t.spec().size_in_bytes()).sum::<usize>() + out_bytes;
     let seq = g.profiler.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes as u64);
@@ -436,9 +530,14 @@ pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor>
 
 /// Copies a tensor's bytes to the host, recording the transfer.
 pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
+    // Wait for the producing op first, unbooked: that time is its execute (booked by its
+    // completion), and only the copy after it is the transfer.
+    let buffer = t.buffer()?;
+    buffer.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;
+    t.completion().verify(&t.describe())?;
     let start = Instant::now();
     let mut bytes = vec![0u8; t.spec().size_in_bytes()];
-    t.buffer()?.to_host(&mut bytes).map_err(|e| t.completion().read_error(&t.describe(), e))?;
+    buffer.to_host(&mut bytes).map_err(|e| t.completion().read_error(&t.describe(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::DeviceToHost, "to_host", t.spec(), t.device(), start, ns);
     Ok(bytes)
@@ -455,6 +554,9 @@ pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
     }
     let rt = t.runtime().clone();
     let dev = rt.device(device)?;
+    // As in `download`: the wait for the producer is its execute, not this transfer.
+    t.buffer()?.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;
+    t.completion().verify(&t.describe())?;
     let start = Instant::now();
     let buffer = t.buffer()?.copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
     buffer.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;

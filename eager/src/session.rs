@@ -72,6 +72,15 @@ fn find_slot() -> Option<&'static AtomicPtr<c_void>> {
 }
 
 fn read_slot(slot: &AtomicPtr<c_void>) -> Option<&'static Global> {
+    let g = read_slot_quietly(slot);
+    if g.is_none() && !slot.load(Ordering::Acquire).is_null() {
+        eprintln!("eager: this cell's eager was built from other source than the session's; it gets a runtime of its own (restart the session to share one again)");
+    }
+    g
+}
+
+/// The state a copy of this code published in `slot`, if any.
+fn read_slot_quietly(slot: &AtomicPtr<c_void>) -> Option<&'static Global> {
     let rec = slot.load(Ordering::Acquire) as *const SlotRecord;
     if rec.is_null() {
         return None;
@@ -80,11 +89,39 @@ fn read_slot(slot: &AtomicPtr<c_void>) -> Option<&'static Global> {
     // magic and fingerprint before the `Global` pointer is used).
     let rec = unsafe { &*rec };
     let id = unsafe { std::slice::from_raw_parts(rec.build_id, rec.build_id_len) };
-    if rec.magic == MAGIC && id == BUILD_ID.as_bytes() {
-        return Some(unsafe { &*rec.global });
+    (rec.magic == MAGIC && id == BUILD_ID.as_bytes()).then(|| unsafe { &*rec.global })
+}
+
+/// The session's state if one exists already (never creates it).
+fn existing_session() -> Option<&'static Global> {
+    find_slot().and_then(read_slot_quietly)
+}
+
+/// Notes an eager error as it is displayed, in a session's cell process (elsewhere nothing):
+/// evcxr prints a cell's `?` error with `Display` alone, and the session reports its kind.
+pub(crate) fn note_shown_error(kind: &str, text: &str) {
+    if let Some(g) = existing_session() {
+        *g.shown_error.lock().unwrap_or_else(|p| p.into_inner()) = Some((kind.to_string(), text.to_string()));
     }
-    eprintln!("eager: this cell's eager was built from other source than the session's; it gets a runtime of its own (restart the session to share one again)");
-    None
+}
+
+/// Takes the last eager error a cell displayed: its kind (`ShapeError`, …) and text (the
+/// control socket's `take_error`).
+pub fn take_shown_error() -> Option<(String, String)> {
+    existing_session().and_then(|g| g.shown_error.lock().unwrap_or_else(|p| p.into_inner()).take())
+}
+
+/// The MIME type of the block a cell prints when it failed: JSON `{"ename", "evalue"}`
+/// (`evalue` absent when the cell's `?` printed it on stderr already).
+pub const ERROR_MIME: &str = "application/vnd.eager.error+json";
+
+/// Prints a cell's error block (see [`ERROR_MIME`]).
+pub fn print_error_block(ename: &str, evalue: Option<&str>) {
+    let mut v = json!({ "ename": ename });
+    if let Some(e) = evalue {
+        v["evalue"] = json!(e);
+    }
+    println!("EVCXR_BEGIN_CONTENT {ERROR_MIME}\n{v}\nEVCXR_END_CONTENT");
 }
 
 /// Shows any `Debug` value that ends a REPL cell in one compile: evcxr first tries the
@@ -102,6 +139,46 @@ impl<T: std::fmt::Debug + ?Sized> EvcxrDisplay for T {
             println!("EVCXR_BEGIN_CONTENT text/plain\n{text}\nEVCXR_END_CONTENT");
         }
     }
+}
+
+/// Shows a `Result` that ends a cell as torch users expect: `Ok` as its value (a tensor with
+/// its values and HTML table), `Err` as the cell's error (Jupyter's error reply). Taken by
+/// value, so it wins over [`EvcxrDisplay`] (which takes `&self`) for `Result`s.
+pub trait EvcxrResultDisplay {
+    fn evcxr_display(self);
+}
+
+impl<T: std::fmt::Debug + 'static, E: std::fmt::Display + 'static> EvcxrResultDisplay for Result<T, E> {
+    fn evcxr_display(self) {
+        use std::any::Any;
+        match self {
+            Ok(v) => {
+                let any: &dyn Any = &v;
+                if let Some(t) = any.downcast_ref::<crate::Tensor>() {
+                    t.evcxr_display();
+                } else if let Some(s) = any.downcast_ref::<crate::cache::CacheStats>() {
+                    s.evcxr_display();
+                } else {
+                    EvcxrDisplay::evcxr_display(&v);
+                }
+            }
+            Err(e) => {
+                let any: &dyn Any = &e;
+                let ename = match any.downcast_ref::<crate::Error>() {
+                    Some(err) => err.kind().to_string(),
+                    None => short_type_name::<E>(),
+                };
+                print_error_block(&ename, Some(&e.to_string()));
+            }
+        }
+    }
+}
+
+/// `ParseIntError` for `core::num::error::ParseIntError`: the name a user knows.
+fn short_type_name<T: ?Sized>() -> String {
+    let full = std::any::type_name::<T>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_string()
 }
 
 /// A line a cell prints to ask a notebook to clear its output (Jupyter's `clear_output`).
@@ -178,6 +255,10 @@ fn handle(req: &Value) -> Result<Value, String> {
             runtime::set_default_device(d);
             json!({ "device": d.to_string() })
         }
+        "take_error" => match take_shown_error() {
+            Some((kind, text)) => json!({ "kind": kind, "text": text }),
+            None => json!({}),
+        },
         "interrupt" => {
             g.set_interrupted(true);
             json!({ "ok": true })

@@ -39,6 +39,9 @@ struct Inner {
     completion: Arc<Completion>,
     /// Where it lives in the function being traced, for a traced tensor.
     traced: Option<TraceRef>,
+    /// Smallest and largest value of integer data known on the host (uploaded from it): index
+    /// ops check these before dispatch instead of on the device. `(MAX, MIN)` when empty.
+    host_bounds: Option<(i64, i64)>,
 }
 
 static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
@@ -52,18 +55,42 @@ impl Tensor {
         producer: Option<Arc<OpInfo>>,
         completion: Arc<Completion>,
     ) -> Tensor {
-        let inner = Inner { buffer: Some(buffer), spec, device, runtime, producer, completion, traced: None };
+        let (buffer, traced, host_bounds) = (Some(buffer), None, None);
+        let inner = Inner { buffer, spec, device, runtime, producer, completion, traced, host_bounds };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
 
     /// A tensor standing for value `traced` of the function being traced.
     pub(crate) fn traced(traced: TraceRef, spec: Spec, device: Device, runtime: Arc<Runtime>) -> Tensor {
-        let inner = Inner { buffer: None, spec, device, runtime, producer: None, completion: Completion::ready(), traced: Some(traced) };
+        let inner = Inner {
+            buffer: None,
+            spec,
+            device,
+            runtime,
+            producer: None,
+            completion: Completion::ready(),
+            traced: Some(traced),
+            host_bounds: None,
+        };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
 
     pub(crate) fn trace_ref(&self) -> Option<&TraceRef> {
         self.inner.traced.as_ref()
+    }
+
+    /// Smallest and largest value, for integer data known on the host (`Inner::host_bounds`).
+    pub(crate) fn host_bounds(&self) -> Option<(i64, i64)> {
+        self.inner.host_bounds
+    }
+
+    /// This tensor with host bounds `bounds` (a fresh result of a value-preserving op of a
+    /// tensor that had them); unchanged if its data is shared already.
+    fn with_host_bounds(mut self, bounds: Option<(i64, i64)>) -> Tensor {
+        if let (Some(b), Some(inner)) = (bounds, Arc::get_mut(&mut self.inner)) {
+            inner.host_bounds = Some(b);
+        }
+        self
     }
 
     /// This tensor with the result's autograd node (if any) attached. Bool and integer
@@ -139,6 +166,7 @@ impl Tensor {
     /// asynchronous; reads wait by themselves). Reports the op's failure, if it failed.
     pub fn block_until_ready(&self) -> Result<&Tensor> {
         self.buffer()?.wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
+        self.completion().verify(&self.describe())?;
         Ok(self)
     }
     pub fn spec(&self) -> &Spec {
@@ -190,7 +218,8 @@ impl Tensor {
         if n != data.len() {
             return Err(Error::shape("from_slice", format!("{} values do not fill shape {shape:?} ({n} elements)", data.len())));
         }
-        runtime::upload(as_bytes(data), Spec::new(shape, T::DTYPE), device)
+        let t = runtime::upload(as_bytes(data), Spec::new(shape, T::DTYPE), device)?;
+        Ok(t.with_host_bounds(int_bounds(as_bytes(data), T::DTYPE)))
     }
 
     /// A 1-D tensor from a vector.
@@ -307,7 +336,8 @@ impl Tensor {
     // ----- linear algebra -----------------------------------------------------------------
 
     /// Matrix product with torch's rules: 1-D operands are promoted and the added dim
-    /// removed; batch dims broadcast.
+    /// removed; batch dims broadcast. f16 and bf16 products accumulate in f32 and round once.
+    /// Integer products wrap on overflow.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         if self.rank() == 0 || other.rank() == 0 {
             return Err(Error::shape("matmul", "both operands need at least one dim"));
@@ -339,16 +369,20 @@ impl Tensor {
         dispatch(Op::Reduce { kind, dims, keepdim }, &[self], None)
     }
 
-    /// Sum over `dims` (all dims if empty).
+    /// Sum over `dims` (all dims if empty). f16 and bf16 accumulate in f32 and round once, as
+    /// torch and JAX do; integer sums wrap on overflow and keep the dtype (torch gives i64).
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(Reduce::Sum, dims, keepdim)
     }
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(Reduce::Mean, dims, keepdim)
     }
+    /// Largest value over `dims` (all dims if empty). NaN propagates: a lane with a NaN gives
+    /// NaN, as in torch. An empty dim is an error (it has no max).
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(Reduce::Max, dims, keepdim)
     }
+    /// Smallest value over `dims`; NaN propagates, as for [`Tensor::max`].
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(Reduce::Min, dims, keepdim)
     }
@@ -361,7 +395,7 @@ impl Tensor {
     }
 
     /// Index (i64) of the largest value along `dim` (the first on ties); over the flattened
-    /// tensor when `dim` is `None`.
+    /// tensor when `dim` is `None`. NaN counts as the largest (the first NaN wins), as in torch.
     pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         self.arg_reduce(Reduce::ArgMax, dim, keepdim)
     }
@@ -381,6 +415,9 @@ impl Tensor {
 
     /// Softmax along `dim`, composed: `exp(x - max) / sum(exp(x - max))`.
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        if self.size(dim)? == 0 {
+            return Ok(self.clone()); // nothing to normalise (and an empty dim has no max)
+        }
         let shifted = self.sub(&self.max(&[dim], true)?)?;
         let e = shifted.exp()?;
         e.div(&e.sum(&[dim], true)?)
@@ -388,6 +425,9 @@ impl Tensor {
 
     /// Log-softmax along `dim`, composed: `x - max - log(sum(exp(x - max)))`.
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
+        if self.size(dim)? == 0 {
+            return Ok(self.clone());
+        }
         let shifted = self.sub(&self.max(&[dim], true)?)?;
         let lse = shifted.exp()?.sum(&[dim], true)?.log()?;
         shifted.sub(&lse)
@@ -401,7 +441,7 @@ impl Tensor {
         if shape.as_slice() == self.shape() {
             return Ok(self.clone());
         }
-        dispatch(Op::Reshape(shape), &[self], None)
+        Ok(dispatch(Op::Reshape(shape), &[self], None)?.with_host_bounds(self.host_bounds()))
     }
 
     pub fn flatten(&self) -> Result<Tensor> {
@@ -430,7 +470,7 @@ impl Tensor {
     /// Reorders dims: result dim `i` is input dim `perm[i]`.
     pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
         let p: Dims = perm.iter().map(|&d| self.dim("permute", d)).collect::<Result<_>>()?;
-        dispatch(Op::Permute(p), &[self], None)
+        Ok(dispatch(Op::Permute(p), &[self], None)?.with_host_bounds(self.host_bounds()))
     }
 
     /// Swaps two dims.
@@ -470,11 +510,28 @@ impl Tensor {
         dispatch(Op::Slice { starts, limits, strides }, &[self], None)
     }
 
-    /// Picks entries along `dim` by a 1-D i32/i64 index tensor. Out-of-range indices clamp
-    /// to the valid range (XLA's gather semantics).
+    /// Picks entries along `dim` by a 1-D i32/i64 index tensor. A negative index counts from
+    /// the end (`-1` is the last), as torch's `x[idx]` and NumPy's `take` do (torch's
+    /// `index_select` itself refuses negative indices). An index outside `-size..size` is an
+    /// error naming it: at once for indices uploaded from the host (`Tensor::from_slice` and
+    /// reshapes of it), else checked on the device and reported by the next read of a result
+    /// that depends on this one (as other failures on the device are).
     pub fn index_select(&self, dim: isize, indices: &Tensor) -> Result<Tensor> {
         let d = self.dim("index_select", dim)?;
-        dispatch(Op::IndexSelect { dim: d }, &[self, indices], None)
+        let size = self.shape()[d];
+        let check = match indices.host_bounds() {
+            Some((lo, hi)) => {
+                let bad = if hi >= size as i64 { hi } else { lo };
+                if lo <= hi && (lo < -(size as i64) || hi >= size as i64) {
+                    let c = crate::ops::IndexCheck { dim: d, size };
+                    return Err(Error::invalid("index_select", c.message(bad)));
+                }
+                false
+            }
+            // Traced indices have no values until the compiled function runs: not checked.
+            None => indices.trace_ref().is_none() && self.trace_ref().is_none(),
+        };
+        dispatch(Op::IndexSelect { dim: d, check }, &[self, indices], None)
     }
 
     /// Joins tensors along `dim`.
@@ -484,7 +541,9 @@ impl Tensor {
         dispatch(Op::Concat { dim: d }, tensors, None)
     }
 
-    /// Converts to `dtype` (floats to bool: nonzero is true; floats to ints truncate).
+    /// Converts to `dtype` (floats to bool: nonzero is true, NaN too; floats to ints truncate
+    /// toward zero). Floats outside an int dtype's range saturate to its bounds and NaN gives 0
+    /// (XLA's convert; undefined in torch): `1e10 -> i32::MAX`, `-5.0 -> 0u8`.
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.clone());
@@ -528,6 +587,22 @@ impl Tensor {
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         let v = self.to_vec::<T>()?;
         Ok(ArrayD::from_shape_vec(IxDyn(self.shape()), v).expect("shape matches numel"))
+    }
+}
+
+/// Smallest and largest value of i32/i64 host data, for index checks (`(MAX, MIN)` if empty).
+fn int_bounds(bytes: &[u8], dtype: DType) -> Option<(i64, i64)> {
+    let fold = |it: &mut dyn Iterator<Item = i64>| {
+        it.fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)))
+    };
+    match dtype {
+        DType::I32 => {
+            Some(fold(&mut bytes.chunks_exact(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap()).into())))
+        }
+        DType::I64 => {
+            Some(fold(&mut bytes.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap()))))
+        }
+        _ => None,
     }
 }
 
@@ -619,16 +694,40 @@ unary_methods!(neg => Neg, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, rsq
     sigmoid => Sigmoid, sin => Sin, cos => Cos, relu => Relu);
 
 macro_rules! binary_methods {
-    ($($method:ident, $scalar:ident => $variant:ident),* $(,)?) => {
+    ($($(#[$doc:meta])* $method:ident, $scalar:ident => $variant:ident),* $(,)?) => {
         impl Tensor {$(
+            $(#[$doc])*
             pub fn $method(&self, other: &Tensor) -> Result<Tensor> { self.binary(Binary::$variant, other) }
             /// With a scalar converted to this tensor's dtype.
             pub fn $scalar(&self, other: f64) -> Result<Tensor> { self.binary(Binary::$variant, &self.scalar_like(other)?) }
         )*}
     };
 }
-binary_methods!(add, add_scalar => Add, sub, sub_scalar => Sub, mul, mul_scalar => Mul, div, div_scalar => Div,
-    pow, pow_scalar => Pow, maximum, maximum_scalar => Maximum, minimum, minimum_scalar => Minimum);
+binary_methods!(
+    /// Elementwise sum (broadcasting). Integer overflow wraps around, as in torch:
+    /// `i32::MAX + 1 == i32::MIN`.
+    add, add_scalar => Add,
+    /// Elementwise difference (broadcasting). Integer overflow wraps, as in torch.
+    sub, sub_scalar => Sub,
+    /// Elementwise product (broadcasting). Integer overflow wraps, as in torch:
+    /// `65536i32 * 65536 == 0`.
+    mul, mul_scalar => Mul,
+    /// Elementwise quotient (broadcasting). Floats: IEEE division (`x / 0` is ±inf, `0 / 0`
+    /// NaN). Integers: truncated toward zero, torch's `div(.., rounding_mode="trunc")` (torch's
+    /// plain `/` of ints gives floats). Integer division by zero does not raise (torch raises
+    /// `ZeroDivisionError`): eager keeps XLA's values, -1 for signed ints whatever the dividend
+    /// (`7 / 0 == -1`, `0 / 0 == -1`) and all ones for unsigned (`7u8 / 0 == 255`). The
+    /// overflow `i32::MIN / -1` gives `i32::MIN` (wrapped; XLA's value too).
+    div, div_scalar => Div,
+    /// Elementwise power. Integer powers wrap on overflow. A negative integer exponent does not
+    /// raise (torch refuses it): eager keeps XLA's truncated value, 0 for `|base| > 1` and for
+    /// a zero base (`2 ** -1 == 0`, `0 ** -1 == 0`, `(-1) ** -1 == -1`).
+    pow, pow_scalar => Pow,
+    /// Elementwise maximum; NaN on either side gives NaN, as in torch.
+    maximum, maximum_scalar => Maximum,
+    /// Elementwise minimum; NaN on either side gives NaN, as in torch.
+    minimum, minimum_scalar => Minimum,
+);
 
 macro_rules! compare_methods {
     ($($method:ident, $scalar:ident => $variant:ident),* $(,)?) => {

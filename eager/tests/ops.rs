@@ -678,10 +678,13 @@ fn index_select_with_i32_and_i64_indices() {
             Check::new("index_select", ALL).run(&[vec![shape.to_vec()]], |x| x[0].index_select(dim, &indices), |x| x[0].select(Axis(d), idx));
         }
     }
-    // Out-of-range indices clamp (as documented: XLA gather semantics).
+    // Negative indices count from the end; out-of-range ones are an error naming the index
+    // (they used to clamp, XLA's gather semantics).
     let x = Tensor::from_slice(&[10i64, 11, 12, 13], &[4]).unwrap();
-    let picked = x.index_select(0, &Tensor::from_vec(vec![7i32, -1, 2]).unwrap()).unwrap();
-    assert_eq!(picked.to_vec::<i64>().unwrap(), [13, 10, 12]);
+    let picked = x.index_select(0, &Tensor::from_vec(vec![-4i32, -1, 2]).unwrap()).unwrap();
+    assert_eq!(picked.to_vec::<i64>().unwrap(), [10, 13, 12]);
+    let err = x.index_select(0, &Tensor::from_vec(vec![7i32, -1, 2]).unwrap()).map(|_| ()).unwrap_err();
+    assert_eq!(err.to_string(), "index_select: index 7 is out of range for dim 0 of size 4");
 }
 
 #[test]

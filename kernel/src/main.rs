@@ -1,6 +1,8 @@
 //! `eager-kernel`: a Jupyter kernel for Rust cells on an XLA device. A thin front end over
-//! [`repl::Session`] (the REPL's engine): Jupyter messaging over ZeroMQ (pure Rust), with every
-//! message's HMAC-SHA256 signature checked (a bad one is logged and dropped, never run).
+//! [`repl::Session`] (the REPL's engine, on its [`Worker`] thread): Jupyter messaging over
+//! ZeroMQ (pure Rust), with every message's HMAC-SHA256 signature checked (a bad one is logged
+//! and dropped, never run). The sockets serve at once (`kernel_info` within a second) while
+//! the session starts behind them; cells sent meanwhile wait for it.
 
 mod install;
 
@@ -20,8 +22,8 @@ use jupyter_protocol::{
 };
 use jupyter_zmq_client as zmq;
 use repl::input::{completeness, Completeness};
-use repl::{CellError, Interrupter, Output, Session, SessionOptions, Stream};
-use tokio::sync::{mpsc, oneshot};
+use repl::{CellError, Output, SessionOptions, Stream, Worker};
+use tokio::sync::mpsc;
 
 repl::export_session_slot!();
 
@@ -75,13 +77,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Work for the thread that owns the session (evcxr's context is used from one thread).
-enum Job {
-    Execute(String, oneshot::Sender<Result<Vec<Output>, CellError>>),
-    Complete(String, usize, oneshot::Sender<(usize, Vec<String>)>),
-    Inspect(String, usize, oneshot::Sender<Option<String>>),
 }
 
 /// What goes out on iopub, in order, from every task and thread.
@@ -138,15 +133,13 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
         })
     };
 
-    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
-    let (ready_tx, ready_rx) = oneshot::channel();
-    std::thread::Builder::new().name("eager-session".into()).spawn(move || session_thread(sink, jobs_rx, ready_tx))?;
-    let interrupter = ready_rx.await.context("the session thread ended")??;
+    let opts = SessionOptions { device: std::env::var("EAGER_DEVICE").ok(), ..Default::default() };
+    let session = Worker::start(opts, sink);
     let running = Arc::new(AtomicU64::new(0));
 
     // Control: interrupt and shutdown, answered while a cell runs.
     {
-        let (iopub_tx, running) = (iopub_tx.clone(), running.clone());
+        let (iopub_tx, running, session) = (iopub_tx.clone(), running.clone(), session.clone());
         tokio::spawn(async move {
             loop {
                 let msg = match control.read().await {
@@ -162,7 +155,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
                         let _ = control.send(kernel_info().as_child_of(&msg)).await;
                     }
                     JupyterMessageContent::InterruptRequest(_) => {
-                        interrupt(&interrupter, &running);
+                        interrupt(&session, &running);
                         let _ = control.send(InterruptReply::new().as_child_of(&msg)).await;
                     }
                     JupyterMessageContent::ShutdownRequest(req) => {
@@ -171,7 +164,9 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
                         let _ = iopub_tx.send(Status::idle().as_child_of(&msg));
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         // The cell process goes with us (a restart starts a fresh kernel).
-                        interrupter.kill();
+                        if let Some(i) = session.interrupter() {
+                            i.kill();
+                        }
                         std::process::exit(0);
                     }
                     _ => {}
@@ -181,7 +176,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
         });
     }
 
-    let mut kernel = Kernel { iopub: iopub_tx, current, jobs: jobs_tx, running, count: 0, history: Vec::new() };
+    let mut kernel = Kernel { iopub: iopub_tx, current, session, running, count: 0, history: Vec::new() };
     loop {
         let msg = match shell_rx.read().await {
             Ok(m) => m,
@@ -202,11 +197,9 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
 
 /// Stops the running cell: eager's next op fails; if the cell still runs 5 s later (a loop
 /// with no eager op), its process is killed and evcxr starts a new one.
-fn interrupt(interrupter: &Interrupter, running: &Arc<AtomicU64>) {
+fn interrupt(session: &Worker, running: &Arc<AtomicU64>) {
     let cell = running.load(Ordering::SeqCst);
-    if cell == 0 {
-        return;
-    }
+    let Some(interrupter) = session.interrupter().filter(|_| cell != 0) else { return };
     if let Err(e) = interrupter.interrupt() {
         eprintln!("eager-kernel: interrupt: {e:#}");
     }
@@ -219,35 +212,10 @@ fn interrupt(interrupter: &Interrupter, running: &Arc<AtomicU64>) {
     });
 }
 
-fn session_thread(sink: repl::StreamSink, jobs: std::sync::mpsc::Receiver<Job>, ready: oneshot::Sender<Result<Interrupter>>) {
-    let opts = SessionOptions { device: std::env::var("EAGER_DEVICE").ok(), ..Default::default() };
-    let mut session = match Session::start(&opts, sink) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
-    };
-    let _ = ready.send(Ok(session.interrupter()));
-    for job in jobs {
-        match job {
-            Job::Execute(code, reply) => {
-                let _ = reply.send(session.eval(&code));
-            }
-            Job::Complete(code, pos, reply) => {
-                let _ = reply.send(session.completions(&code, pos));
-            }
-            Job::Inspect(code, pos, reply) => {
-                let _ = reply.send(session.hover(&code, pos));
-            }
-        }
-    }
-}
-
 struct Kernel {
     iopub: IoPub,
     current: Arc<Mutex<Option<JupyterMessage>>>,
-    jobs: std::sync::mpsc::Sender<Job>,
+    session: Worker,
     /// The execution count of the running cell, 0 when idle.
     running: Arc<AtomicU64>,
     count: usize,
@@ -256,6 +224,12 @@ struct Kernel {
 }
 
 impl Kernel {
+    /// Runs `f` on the session without blocking the kernel's tasks (it waits for the start).
+    async fn on_session<R: Send + 'static>(&self, f: impl FnOnce(&mut repl::Session) -> R + Send + 'static) -> Result<R, String> {
+        let session = self.session.clone();
+        tokio::task::spawn_blocking(move || session.run(f)).await.unwrap_or_else(|e| Err(format!("the session thread failed: {e}")))
+    }
+
     /// Handles a shell request; returns the reply content.
     async fn handle(&mut self, msg: &JupyterMessage) -> Option<JupyterMessageContent> {
         Some(match &msg.content {
@@ -263,23 +237,34 @@ impl Kernel {
             JupyterMessageContent::ExecuteRequest(req) => self.execute(msg, &req.code, req.silent, req.store_history).await.into(),
             JupyterMessageContent::CompleteRequest(req) => {
                 let byte = byte_offset(&req.code, req.cursor_pos);
-                let (tx, rx) = oneshot::channel();
-                let _ = self.jobs.send(Job::Complete(req.code.clone(), byte, tx));
-                let (start, matches) = rx.await.unwrap_or((byte, vec![]));
+                let code = req.code.clone();
+                let (start, list) = self.on_session(move |s| s.completions(&code, byte)).await.unwrap_or((byte, vec![]));
+                let cursor_start = char_offset(&req.code, start);
+                // Matches are the text to insert; signatures go where JupyterLab reads them.
+                let types: Vec<serde_json::Value> = list
+                    .iter()
+                    .map(|c| {
+                        serde_json::json!({
+                            "start": cursor_start, "end": req.cursor_pos,
+                            "text": c.text, "type": c.kind, "signature": c.signature,
+                        })
+                    })
+                    .collect();
+                let mut metadata = serde_json::Map::new();
+                metadata.insert("_jupyter_types_experimental".to_string(), serde_json::Value::Array(types));
                 CompleteReply {
-                    matches,
-                    cursor_start: char_offset(&req.code, start),
+                    matches: list.into_iter().map(|c| c.text).collect(),
+                    cursor_start,
                     cursor_end: req.cursor_pos,
-                    metadata: Default::default(),
+                    metadata,
                     status: ReplyStatus::Ok,
                     error: None,
                 }
                 .into()
             }
             JupyterMessageContent::InspectRequest(req) => {
-                let (tx, rx) = oneshot::channel();
-                let _ = self.jobs.send(Job::Inspect(req.code.clone(), byte_offset(&req.code, req.cursor_pos), tx));
-                let docs = rx.await.ok().flatten();
+                let (code, byte) = (req.code.clone(), byte_offset(&req.code, req.cursor_pos));
+                let docs = self.on_session(move |s| s.hover(&code, byte)).await.ok().flatten();
                 InspectReply {
                     found: docs.is_some(),
                     data: docs.map(|d| Media::from(MediaType::Plain(d))).unwrap_or_default(),
@@ -315,9 +300,8 @@ impl Kernel {
         }
         *self.current.lock().unwrap() = Some(msg.clone());
         self.running.store(self.count as u64 + 1, Ordering::SeqCst);
-        let (tx, rx) = oneshot::channel();
-        let _ = self.jobs.send(Job::Execute(code.to_string(), tx));
-        let result = rx.await.unwrap_or_else(|_| Err(CellError { ename: "KernelError".into(), evalue: "the session ended".into(), traceback: vec![] }));
+        let cell = code.to_string();
+        let result = self.on_session(move |s| s.eval(&cell)).await.unwrap_or_else(|e| Err(CellError::new("KernelError", e)));
         self.running.store(0, Ordering::SeqCst);
         // The child's last stderr lines may still be on their way.
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -427,6 +411,11 @@ fn kernel_info() -> KernelInfoReply {
 }
 
 fn rustc_version() -> String {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(read_rustc_version).clone()
+}
+
+fn read_rustc_version() -> String {
     std::process::Command::new("rustc")
         .arg("--version")
         .output()

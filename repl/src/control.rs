@@ -69,6 +69,15 @@ impl Control {
         Ok(v["device"].as_str().unwrap_or(device).to_string())
     }
 
+    /// The last eager error a cell displayed (kind, text), taken.
+    pub fn take_error(&mut self) -> Result<Option<(String, String)>> {
+        let v = self.call(json!({"op": "take_error"}))?;
+        Ok(match (v["kind"].as_str(), v["text"].as_str()) {
+            (Some(k), Some(t)) => Some((k.to_string(), t.to_string())),
+            _ => None,
+        })
+    }
+
     pub fn interrupt(&mut self) -> Result<()> {
         self.call(json!({"op": "interrupt"})).map(drop)
     }

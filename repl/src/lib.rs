@@ -14,10 +14,12 @@ mod control;
 pub mod input;
 mod meta;
 mod session;
+mod worker;
 
 pub use control::Control;
 pub use meta::{MetaCommand, META_HELP};
-pub use session::{CellError, Interrupter, Output, Session, SessionOptions, Stream, StreamSink};
+pub use session::{CellError, Completion, Interrupter, Output, Session, SessionOptions, Stream, StreamSink};
+pub use worker::Worker;
 
 /// Defines, in a front end's binary crate, the static the cells' copies of eager share their
 /// runtime through (the bin's build script exports it with `--export-dynamic-symbol`).
@@ -38,6 +40,55 @@ pub fn child_hook() {
     if std::env::var_os("EVCXR_IS_RUNTIME").is_some() {
         // SAFETY: setting a signal disposition before any thread starts.
         unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+        if let Err(e) = watch_cell_errors() {
+            eprintln!("eager: cannot watch the cell process's output ({e}): `?` errors will not be reported as errors");
+        }
     }
     evcxr::runtime_hook();
+}
+
+/// The line evcxr's generated code prints when a cell's `?` returned an error (its message
+/// went to stderr); evcxr's host consumes it and reports success.
+const EVCXR_ERROR_LINE: &[u8] = b"EVCXR_ERROR_OCCURRED\n";
+
+/// In the cell process: stdout goes through a pipe read by a thread that copies it on, and
+/// puts an error block (`eager::session::ERROR_MIME`) before evcxr's error line, so the host
+/// learns that the cell failed (and asks the session's eager for the error's kind).
+fn watch_cell_errors() -> std::io::Result<()> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two new descriptors into the array; dup and dup2 take descriptors
+    // this process owns, and each one that ends up in an OwnedFd is owned by it alone.
+    let (reader, mut out) = unsafe {
+        if libc::pipe(fds.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let real_stdout = libc::dup(1);
+        if real_stdout < 0 || libc::dup2(fds[1], 1) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::close(fds[1]);
+        (std::fs::File::from(OwnedFd::from_raw_fd(fds[0])), std::fs::File::from(OwnedFd::from_raw_fd(real_stdout)))
+    };
+    std::thread::Builder::new().name("eager-stdout".into()).spawn(move || {
+        let mut reader = BufReader::new(reader);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if line == EVCXR_ERROR_LINE {
+                let block = serde_json::json!({ "ename": "Error" });
+                let _ = writeln!(out, "EVCXR_BEGIN_CONTENT {}\n{block}\nEVCXR_END_CONTENT", eager::session::ERROR_MIME);
+            }
+            if out.write_all(&line).and_then(|_| out.flush()).is_err() {
+                return;
+            }
+        }
+    })?;
+    Ok(())
 }

@@ -1,11 +1,10 @@
 //! `eager-repl`: Rust cells on an XLA device, evaluated at once, with profiling one command
-//! away. A thin front end over [`repl::Session`]: line editing (rustyline), Ctrl-C, flags.
+//! away. A thin front end over [`repl::Session`] (on its [`Worker`] thread, started behind the
+//! prompt): line editing (rustyline), Ctrl-C, flags.
 
-use std::cell::RefCell;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use repl::input::{completeness, Completeness};
-use repl::{CellError, Interrupter, Output, Session, SessionOptions, Stream};
+use repl::{CellError, Interrupter, Output, SessionOptions, Stream, Worker};
 use rustyline::completion::Completer;
 use rustyline::error::ReadlineError;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
@@ -82,8 +81,9 @@ impl CtrlC {
         }
     }
 
-    fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+    fn run<T>(&self, interrupter: Option<Interrupter>, f: impl FnOnce() -> T) -> T {
         *self.first.lock().unwrap() = None;
+        *self.interrupter.lock().unwrap() = interrupter;
         self.running.store(true, Ordering::SeqCst);
         let r = f();
         self.running.store(false, Ordering::SeqCst);
@@ -93,7 +93,8 @@ impl CtrlC {
 
 fn run(args: Args) -> Result<ExitCode> {
     let interactive = args.eval.is_none() && std::io::stdin().is_terminal();
-    let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None, progress: std::io::stderr().is_terminal() };
+    // No spinner from the session: the prompt is up while it starts (see `wait_for_start`).
+    let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None, progress: false };
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
         Stream::Stdout if line == eager::session::CLEAR_OUTPUT_MARKER => {}
         Stream::Stdout => println!("{line}"),
@@ -104,9 +105,8 @@ fn run(args: Args) -> Result<ExitCode> {
         let c = ctrl_c.clone();
         ctrlc::set_handler(move || c.on_signal()).context("installing the Ctrl-C handler")?;
     }
-    let session = Session::start(&opts, sink)?;
-    *ctrl_c.interrupter.lock().unwrap() = Some(session.interrupter());
-    let session = Rc::new(RefCell::new(session));
+    let device = opts.device.clone().unwrap_or_else(|| "cpu:0".into());
+    let session = Worker::start(opts, sink);
 
     if let Some(code) = args.eval {
         let ok = eval_and_print(&session, &ctrl_c, &code);
@@ -115,21 +115,41 @@ fn run(args: Args) -> Result<ExitCode> {
     if !interactive {
         return Ok(run_piped(&session, &ctrl_c));
     }
-    {
-        let s = session.borrow();
-        eprintln!(
-            "eager-repl: Rust cells run on {} at once. :help for commands, Ctrl-D to exit. (started in {:.1} s, eager loaded in {:.1} s)",
-            opts.device.as_deref().unwrap_or("cpu:0"),
-            s.startup.as_secs_f64(),
-            s.preload.as_secs_f64()
-        );
-    }
+    eprintln!("eager-repl: Rust cells run on {device} at once. :help for commands, Ctrl-D to exit.");
     interactive_loop(session, ctrl_c)
 }
 
+/// Before a cell runs: if the session is still starting, says so on one line (with a spinner
+/// in a terminal) and waits; the error if it could not start.
+fn wait_for_start(session: &Worker) -> Result<Interrupter, String> {
+    if let Some(r) = session.wait_timeout(Duration::ZERO) {
+        return r;
+    }
+    let spinner = std::io::stderr().is_terminal().then(|| {
+        let s = indicatif::ProgressBar::new_spinner();
+        s.set_message("starting… (the Rust context starts behind the prompt; the first session of a machine builds eager into it, a few minutes)");
+        s.enable_steady_tick(Duration::from_millis(120));
+        s
+    });
+    if spinner.is_none() && std::io::stdin().is_terminal() {
+        eprintln!("starting… (the Rust context starts behind the prompt; the cell runs when it is ready)");
+    }
+    let r = session.wait();
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    r
+}
+
 /// Evaluates one cell and prints what it gives; false if it failed.
-fn eval_and_print(session: &Rc<RefCell<Session>>, ctrl_c: &CtrlC, cell: &str) -> bool {
-    let result = ctrl_c.run(|| session.borrow_mut().eval(cell));
+fn eval_and_print(session: &Worker, ctrl_c: &CtrlC, cell: &str) -> bool {
+    let result = match wait_for_start(session) {
+        Ok(interrupter) => {
+            let cell = cell.to_string();
+            ctrl_c.run(Some(interrupter), || session.run(move |s| s.eval(&cell))).unwrap_or_else(|e| Err(CellError::new("SessionError", e)))
+        }
+        Err(e) => Err(CellError::new("SessionError", format!("the Rust session could not start: {e}"))),
+    };
     // Let the child's last output lines reach the terminal before the result.
     std::thread::sleep(Duration::from_millis(20));
     match result {
@@ -154,6 +174,10 @@ fn print_output(o: &Output) {
 }
 
 fn print_error(e: &CellError) {
+    // A `?` error or a panic printed its message on the cell's stderr already.
+    if e.on_stderr {
+        return;
+    }
     for line in &e.traceback {
         eprintln!("{line}");
     }
@@ -161,7 +185,7 @@ fn print_error(e: &CellError) {
 
 /// Standard input that is not a terminal: cells are read from it (split where brackets close
 /// or at an empty line), evaluated in order; the exit code says whether all succeeded.
-fn run_piped(session: &Rc<RefCell<Session>>, ctrl_c: &CtrlC) -> ExitCode {
+fn run_piped(session: &Worker, ctrl_c: &CtrlC) -> ExitCode {
     let mut ok = true;
     let mut cell = String::new();
     for line in std::io::stdin().lock().lines().map_while(|l| l.ok()) {
@@ -187,13 +211,19 @@ fn run_piped(session: &Rc<RefCell<Session>>, ctrl_c: &CtrlC) -> ExitCode {
 /// brackets are open.
 #[derive(Helper, Hinter, Highlighter)]
 struct EditorHelper {
-    session: Rc<RefCell<Session>>,
+    session: Worker,
 }
 
 impl Completer for EditorHelper {
     type Candidate = String;
     fn complete(&self, line: &str, pos: usize, _: &rustyline::Context<'_>) -> rustyline::Result<(usize, Vec<String>)> {
-        Ok(self.session.borrow_mut().completions(line, pos))
+        // Nothing to offer while the session starts: Tab must not block the prompt.
+        if !self.session.is_ready() {
+            return Ok((pos, vec![]));
+        }
+        let src = line.to_string();
+        let (start, list) = self.session.run(move |s| s.completions(&src, pos)).unwrap_or((pos, vec![]));
+        Ok((start, list.into_iter().map(|c| c.text).collect()))
     }
 }
 
@@ -206,7 +236,7 @@ impl Validator for EditorHelper {
     }
 }
 
-fn interactive_loop(session: Rc<RefCell<Session>>, ctrl_c: Arc<CtrlC>) -> Result<ExitCode> {
+fn interactive_loop(session: Worker, ctrl_c: Arc<CtrlC>) -> Result<ExitCode> {
     let config = rustyline::Config::builder()
         .completion_type(rustyline::CompletionType::List)
         .auto_add_history(false)

@@ -49,12 +49,35 @@ pub struct CellError {
     pub ename: String,
     pub evalue: String,
     pub traceback: Vec<String>,
+    /// The message reached the cell's stderr already (a `?` error, a panic): a terminal
+    /// front end need not print it again.
+    pub on_stderr: bool,
 }
 
 impl CellError {
-    fn new(ename: &str, evalue: impl Into<String>) -> CellError {
+    pub fn new(ename: &str, evalue: impl Into<String>) -> CellError {
         let evalue = evalue.into();
-        CellError { ename: ename.into(), traceback: vec![format!("{ename}: {evalue}")], evalue }
+        CellError { ename: ename.into(), traceback: vec![format!("{ename}: {evalue}")], evalue, on_stderr: false }
+    }
+}
+
+/// A completion: the text to insert (a name, as Jupyter's messaging spec says), its kind
+/// (`function`, `module`, …) and a signature or label for clients that show one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub text: String,
+    pub kind: String,
+    pub signature: String,
+}
+
+impl Completion {
+    /// From rust-analyzer's snippet (`from_utf8(vec)`, `println!(…)`): the name, with the
+    /// snippet as the signature.
+    fn from_snippet(code: String, kind: &str, label: String) -> Completion {
+        let text: String = code.chars().take_while(|ch| ch.is_alphanumeric() || matches!(ch, '_' | ':' | '!' | '#')).collect();
+        let text = if text.is_empty() { code.clone() } else { text };
+        let signature = if code.contains('(') { code } else { label };
+        Completion { text, kind: kind.to_string(), signature }
     }
 }
 
@@ -73,8 +96,8 @@ pub struct Session {
     socket: PathBuf,
     control: Option<Control>,
     child_pid: u32,
-    /// Panics the child reported on stderr during the running cell.
-    panic: Arc<Mutex<PanicWatch>>,
+    /// What the child wrote on stderr during the running cell (a panic, a `?` error).
+    stderr: Arc<Mutex<StderrWatch>>,
     /// Profiler mark before the last user cell, and after it.
     last_cell: (u64, u64),
     _build_dir_lock: File,
@@ -83,15 +106,38 @@ pub struct Session {
     pub preload: Duration,
 }
 
+/// A variable of the preload's last cell, hidden from `:vars`.
+const WARMUP_VAR: &str = "__eager_warmup";
+
 /// The preload: eager as a dependency, its prelude, and its runtime attached at once so that
-/// the control socket is up before the first user cell.
-fn preload_cells(eager_dir: &Path) -> [String; 3] {
+/// the control socket is up before the first user cell. The last cell warms what a user's
+/// first tensor cell would otherwise wait for (measured 4.5–5 s): rust-analyzer's first
+/// inference of a stored `Tensor`'s type, evcxr's `?` mode, and the CPU plugin's start.
+fn preload_cells(eager_dir: &Path) -> [String; 4] {
     let viz_dir = eager_dir.parent().unwrap_or(eager_dir).join("viz");
     [
         format!(":dep eager = {{ path = {:?} }}", eager_dir.display().to_string()),
         format!(":dep viz = {{ path = {:?} }}", viz_dir.display().to_string()),
-        "use eager::prelude::*;\nuse eager::session::EvcxrDisplay as _;\neager::session::attach();".to_string(),
+        "use eager::prelude::*;\nuse eager::session::{EvcxrDisplay as _, EvcxrResultDisplay as _};\neager::session::attach();"
+            .to_string(),
+        format!("let {WARMUP_VAR} = Tensor::from_slice_on(&[0.0f32], &[1], Device::cpu())?;"),
     ]
+}
+
+/// Cargo settings for evcxr's builds under `base` (cargo reads a parent directory's
+/// `.cargo/config.toml`, and its profiles override the manifest's): cells build at opt-level
+/// 0, which cut a cell's compile by about a third, while eager and every other dependency
+/// stay optimized.
+fn write_cell_profile(base: &Path) -> Result<()> {
+    let dir = base.join(".cargo");
+    std::fs::create_dir_all(&dir)?;
+    let text = "# Written by eager's REPL session: cells unoptimized, dependencies optimized.\n\
+                [profile.dev]\nopt-level = 0\n\n[profile.dev.package.\"*\"]\nopt-level = 2\n";
+    let path = dir.join("config.toml");
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 impl Session {
@@ -101,6 +147,7 @@ impl Session {
         let t0 = Instant::now();
         let cache = eager::plugin::cache_dir();
         let (build_dir, lock) = lock_build_dir(&cache.join("evcxr"))?;
+        write_cell_profile(&cache.join("evcxr"))?;
         let socket = std::env::temp_dir().join(format!("eager-{}-{}.sock", std::process::id(), t0.elapsed().as_nanos()));
         // The child inherits these: evcxr's build dir (kept across sessions, so the preload
         // builds once), a config dir of ours, and where eager's runtime listens.
@@ -125,9 +172,9 @@ impl Session {
         }
 
         let (ctx, outputs) = CommandContext::new().map_err(|e| anyhow!("starting evcxr: {e}"))?;
-        let panic: Arc<Mutex<PanicWatch>> = Arc::default();
+        let stderr: Arc<Mutex<StderrWatch>> = Arc::default();
         for (rx, stream) in [(outputs.stdout, Stream::Stdout), (outputs.stderr, Stream::Stderr)] {
-            let (sink, panic) = (sink.clone(), panic.clone());
+            let (sink, panic) = (sink.clone(), stderr.clone());
             std::thread::spawn(move || {
                 let mut in_backtrace = false;
                 while let Ok(line) = rx.recv() {
@@ -147,7 +194,7 @@ impl Session {
             socket,
             control: None,
             child_pid,
-            panic,
+            stderr,
             last_cell: (0, 0),
             _build_dir_lock: lock,
             startup,
@@ -210,9 +257,10 @@ impl Session {
         }
         let before = self.control().and_then(|c| {
             c.clear_interrupt()?;
+            c.take_error()?;
             c.seq()
         });
-        *self.panic.lock().unwrap() = PanicWatch::default();
+        *self.stderr.lock().unwrap() = StderrWatch::default();
         let result = self.ctx.execute(cell);
         let restarted = self.ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0) != self.child_pid;
         if let Ok(before) = before {
@@ -223,18 +271,45 @@ impl Session {
         // error (its message reaches stderr just after the cell returns).
         if result.is_ok() {
             std::thread::sleep(Duration::from_millis(50));
-            if let Some(msg) = self.panic.lock().unwrap().message.take() {
-                return Err(CellError { ename: "panic".into(), traceback: vec![format!("panic: {msg}")], evalue: msg });
+            if let Some(msg) = self.stderr.lock().unwrap().panic.take() {
+                let traceback = vec![format!("panic: {msg}")];
+                return Err(CellError { ename: "panic".into(), traceback, evalue: msg, on_stderr: true });
             }
         }
         match result {
-            Ok(out) => {
+            Ok(mut out) => {
+                if std::env::var_os("EAGER_REPL_PHASES").is_some() {
+                    let phases: Vec<String> = out.phases.iter().map(|p| format!("{} {:.0} ms", p.name, p.duration.as_secs_f64() * 1e3)).collect();
+                    eprintln!("evcxr phases: {}", phases.join(", "));
+                }
+                if let Some(block) = out.content_by_mime_type.remove(eager::session::ERROR_MIME) {
+                    return Err(self.cell_error(&block));
+                }
                 let mut data: Vec<(String, String)> = out.content_by_mime_type.into_iter().collect();
                 data.sort_by_key(|(m, _)| (m != "text/plain", m.clone()));
                 Ok(if data.is_empty() { vec![] } else { vec![Output { data, is_result: true }] })
             }
             Err(e) => Err(render_error(&e, cell)),
         }
+    }
+
+    /// The cell's error from its error block: an `Err` that ended the cell (ename and evalue
+    /// in the block), or a `?` (the child's stdout watch saw evcxr's error line; the message
+    /// is the last line the cell wrote on stderr, and eager's own errors name their kind).
+    fn cell_error(&mut self, block: &str) -> CellError {
+        let v: serde_json::Value = serde_json::from_str(block).unwrap_or_default();
+        let ename = v["ename"].as_str().unwrap_or("Error");
+        if let Some(evalue) = v["evalue"].as_str() {
+            return CellError::new(ename, evalue);
+        }
+        let last = self.stderr.lock().unwrap().last_line.clone().unwrap_or_default();
+        let shown = self.control().and_then(|c| c.take_error()).ok().flatten();
+        let (ename, evalue) = match shown {
+            // The error printed last was eager's: its kind, and its whole text.
+            Some((kind, text)) if !last.is_empty() && text.ends_with(last.as_str()) => (kind, text),
+            _ => ("Error".to_string(), last),
+        };
+        CellError { on_stderr: true, ..CellError::new(&ename, evalue) }
     }
 
     fn meta(&mut self, cmd: MetaCommand) -> Result<Vec<Output>> {
@@ -309,7 +384,7 @@ impl Session {
                 }
             }
             MetaCommand::Vars => {
-                let mut vars: Vec<String> = self.ctx.variables_and_types().map(|(n, t)| format!("{n}: {t}")).collect();
+                let mut vars: Vec<String> = self.variables().into_iter().map(|(n, t)| format!("{n}: {t}")).collect();
                 vars.sort();
                 vec![Output::text(if vars.is_empty() { "no variables".into() } else { vars.join("\n") })]
             }
@@ -324,22 +399,30 @@ impl Session {
     }
 
     /// Completions at byte `pos` of `src`: meta commands, else evcxr's (rust-analyzer).
-    pub fn completions(&mut self, src: &str, pos: usize) -> (usize, Vec<String>) {
+    pub fn completions(&mut self, src: &str, pos: usize) -> (usize, Vec<Completion>) {
         let head = &src[..pos];
         if head.trim_start().starts_with(':') && !head.contains(' ') {
             let start = head.len() - head.trim_start().len();
-            let names = crate::meta::META_NAMES.iter().filter(|n| n.starts_with(head.trim_start())).map(|n| n.to_string()).collect();
+            let names = crate::meta::META_NAMES
+                .iter()
+                .filter(|n| n.starts_with(head.trim_start()))
+                .map(|n| Completion { text: n.to_string(), kind: "magic".into(), signature: n.to_string() })
+                .collect();
             return (start, names);
         }
         match quietly(|| self.ctx.completions(src, pos)) {
-            Some(Ok(c)) => (c.start_offset, c.completions.into_iter().map(|c| c.code).collect()),
+            Some(Ok(c)) => {
+                let mut seen = std::collections::HashSet::new();
+                let list = c.completions.into_iter().map(|c| Completion::from_snippet(c.code, c.kind, c.label)).filter(|c| seen.insert(c.text.clone())).collect();
+                (c.start_offset, list)
+            }
             _ => (pos, vec![]),
         }
     }
 
     /// Variables and their types.
     pub fn variables(&self) -> Vec<(String, String)> {
-        self.ctx.variables_and_types().map(|(n, t)| (n.to_string(), t.to_string())).collect()
+        self.ctx.variables_and_types().filter(|(n, _)| *n != WARMUP_VAR).map(|(n, t)| (n.to_string(), t.to_string())).collect()
     }
 
     /// Docs of the item at byte `pos` (rust-analyzer hover), for Jupyter's inspect.
@@ -393,7 +476,7 @@ fn render_error(e: &evcxr::Error, src: &str) -> CellError {
                 }
             }
             let evalue = errors.first().map(|e| e.message()).unwrap_or_default();
-            CellError { ename: "CompilationError".into(), evalue, traceback }
+            CellError { ename: "CompilationError".into(), evalue, traceback, on_stderr: false }
         }
         evcxr::Error::SubprocessTerminated(msg) => CellError::new(
             "SubprocessTerminated",
@@ -413,21 +496,26 @@ fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
     r.ok()
 }
 
-/// Watches the child's stderr for a panic: `thread '…' panicked at …:` then its message.
+/// Watches the child's stderr during a cell: a panic (`thread '…' panicked at …:` then its
+/// message), and the last line (the message of a `?` error).
 #[derive(Default)]
-struct PanicWatch {
+struct StderrWatch {
     after_header: bool,
-    message: Option<String>,
+    panic: Option<String>,
+    last_line: Option<String>,
 }
 
-impl PanicWatch {
+impl StderrWatch {
     fn see(&mut self, line: &str) {
         if line.starts_with("thread '") && line.contains(" panicked at ") {
             self.after_header = true;
-            self.message = Some(String::from("(no message)"));
+            self.panic = Some(String::from("(no message)"));
         } else if self.after_header {
             self.after_header = false;
-            self.message = Some(line.to_string());
+            self.panic = Some(line.to_string());
+        }
+        if !line.trim().is_empty() {
+            self.last_line = Some(line.to_string());
         }
     }
 }

@@ -72,6 +72,10 @@ fn a_session_in_a_terminal() {
     // A shape error through `?`: a clear message, and the session with its variables goes on.
     cell(&mut p, "let bad = a.add(&Tensor::zeros(&[2], DType::F32)?)?;", r"add: shape error: shapes \[3\] and \[2\] cannot be broadcast together");
     cell(&mut p, "a.sum_all()?", r"6\.0000");
+    // A `Result` ending a cell shows its value (not `Ok(…)`), or its error.
+    let ok = cell(&mut p, "Tensor::ones(&[2], DType::F32)", r"(Ok\()?tensor\(\[1\.0000, 1\.0000\], shape=\[2\]");
+    assert_eq!(ok, "", "a Result<Tensor> is shown as its tensor");
+    cell(&mut p, "a.add(&Tensor::zeros(&[4], DType::F32)?)", r"add: shape error: shapes \[3\] and \[4\]");
     // A panic (an operator's) likewise.
     cell(&mut p, "let c = &a + &Tensor::zeros(&[2], DType::F32)?;", "panicked");
     cell(&mut p, "a.sum_all()?", r"6\.0000");

@@ -115,3 +115,103 @@ def test_restart_resets_the_count_and_shutdown_leaves_no_process():
         kc.stop_channels()
         if km.is_alive():
             km.shutdown_kernel(now=True)
+
+
+def errors(outputs):
+    return [m["content"] for m in outputs if m["msg_type"] == "error"]
+
+
+def test_kernel_info_is_answered_while_the_session_starts():
+    from jupyter_client.manager import KernelManager
+    km = KernelManager(kernel_name="eager")
+    started = time.time()
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        msg_id = kc.kernel_info()
+        reply = kc.get_shell_msg(timeout=60)
+        took = time.time() - started
+        print(f"kernel_info answered {took:.2f} s after the kernel process started")
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "ok" and reply["content"]["language_info"]["name"] == "rust"
+        # A cell sent at once waits for the session, then runs; busy and idle frame each request.
+        content, outputs = run(kc, "40 + 2", timeout=STARTUP)
+        assert content["status"] == "ok" and results(outputs) == ["42"]
+        states = [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"]
+        assert states[0] == "busy" and states[-1] == "idle", states
+        # One reply per request: nothing stale is left on the shell channel.
+        time.sleep(0.5)
+        assert not kc.shell_channel.msg_ready()
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+SHAPE_MISMATCH = "Tensor::ones(&[2], DType::F32)?.add(&Tensor::ones(&[3], DType::F32)?)"
+
+
+def test_a_question_mark_error_is_an_error_reply(kernel):
+    _, kc = kernel
+    content, outputs = run(kc, SHAPE_MISMATCH + "?")
+    assert content["status"] == "error", content
+    assert content["ename"] == "ShapeError", content
+    assert content["evalue"] == "add: shape error: shapes [2] and [3] cannot be broadcast together", content
+    assert content["traceback"], content
+    [err] = errors(outputs)
+    assert err["ename"] == "ShapeError" and "cannot be broadcast" in err["evalue"]
+    # Not only eager's errors: any error a `?` returns fails the cell, named by its type where known.
+    content, outputs = run(kc, 'let n: i32 = "x1".parse()?;')
+    assert content["status"] == "error", content
+    assert content["evalue"] == "invalid digit found in string", content
+    assert errors(outputs)
+
+
+def test_a_result_ending_a_cell_shows_its_value_or_fails(kernel):
+    _, kc = kernel
+    content, outputs = run(kc, "Tensor::ones(&[2], DType::F32)")
+    assert content["status"] == "ok"
+    [shown] = [m["content"]["data"] for m in outputs if m["msg_type"] == "execute_result"]
+    assert shown["text/plain"].startswith("tensor([1.0000, 1.0000], shape=[2], dtype=f32"), shown
+    assert "eager-tensor" in shown["text/html"], shown
+    content, outputs = run(kc, "Tensor::ones(&[4], DType::F32)?.sum_all()?.item::<f32>()")
+    assert content["status"] == "ok" and results(outputs) == ["4.0"], outputs
+    content, outputs = run(kc, SHAPE_MISMATCH)
+    assert content["status"] == "error" and content["ename"] == "ShapeError", content
+    assert not results(outputs), "an Err is not shown as a value"
+    content, outputs = run(kc, 'std::fs::read_to_string("/nonexistent/eager")')
+    assert content["status"] == "error" and content["ename"] == "Error", content
+    assert "No such file" in content["evalue"], content
+
+
+def test_completion_matches_are_names_with_signatures_in_metadata(kernel):
+    _, kc = kernel
+    code = "String::fro"
+    kc.complete(code, len(code))
+    reply = kc.get_shell_msg(timeout=120)["content"]
+    matches = reply["matches"]
+    assert "from" in matches and "from_utf8" in matches, matches
+    assert not any("(" in m for m in matches), matches
+    assert reply["cursor_start"] == len("String::") and reply["cursor_end"] == len(code)
+    types = reply["metadata"]["_jupyter_types_experimental"]
+    by_text = {t["text"]: t for t in types}
+    assert by_text["from_utf8"]["type"] == "function", by_text["from_utf8"]
+    assert "(" in by_text["from_utf8"]["signature"], by_text["from_utf8"]
+
+
+def test_a_notebook_stops_at_a_failing_cell(tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from nbformat.v4 import new_code_cell, new_notebook
+    marker = tmp_path / "after"
+    nb = new_notebook(cells=[
+        new_code_cell("let a = Tensor::ones(&[2], DType::F32)?;"),
+        new_code_cell("a.add(&Tensor::ones(&[3], DType::F32)?)?"),
+        new_code_cell(f'std::fs::write("{marker}", "ran")?;'),
+    ])
+    client = NotebookClient(nb, kernel_name="eager", timeout=300, startup_timeout=STARTUP)
+    with pytest.raises(CellExecutionError) as failed:
+        client.execute()
+    assert "ShapeError" in str(failed.value)
+    assert not marker.exists(), "nbclient ran on past the failing cell"

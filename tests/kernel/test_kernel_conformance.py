@@ -1,4 +1,6 @@
 """The standard kernel checks of jupyter_kernel_test, against the installed eager kernel."""
+import os
+import tempfile
 import unittest
 
 import jupyter_kernel_test as jkt
@@ -23,7 +25,8 @@ class EagerKernelTests(jkt.KernelTests):
     code_display_data = [
         {"code": "viz::Profile::session().timeline()", "mime": "image/svg+xml"},
         {"code": "viz::Profile::session().timeline().as_png().unwrap()", "mime": "image/png"},
-        {"code": ":timeline eager-test-timeline.svg", "mime": "image/svg+xml"},
+        # Written under the temp dir, not the working tree.
+        {"code": f":timeline {os.path.join(tempfile.gettempdir(), 'eager-test-timeline.svg')}", "mime": "image/svg+xml"},
     ]
     supported_history_operations = ("tail", "range")
     code_history_pattern = "*1 + 2*"

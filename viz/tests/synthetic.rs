@@ -682,6 +682,8 @@ fn comparison_states_counts_and_times_per_run() {
     assert_eq!(c.most_dispatched, Some(("train_step{4 ops compiled into one}".to_string(), 10)));
     assert_eq!((e.dispatches_per_step(), c.dispatches_per_step()), (Some(4.0), Some(1.0)));
     assert_eq!(e.steady_step_ns(), Some(278_000.0));
+    // Host time is what wall time leaves after compile, load, device execute and transfers.
+    assert_eq!(c.host_ns() + c.transfer_ns, 180_000);
     assert!((e.dispatches_per_second() - 40.0 / 10.78e-3).abs() < 1e-6);
 
     let text = cmp.text();

@@ -640,7 +640,15 @@ impl Drop for Executable {
 }
 
 /// Serialized `CompileOptionsProto` for one replica and one partition, compiled portable
-/// so that one executable can run on any device of the client (`execute_device`).
-/// (`executable_build_options { num_replicas: 1 num_partitions: 1 }`,
-/// `compile_portable_executable: true`; an empty proto aborts inside XLA.)
-pub const COMPILE_OPTIONS: &[u8] = &[0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01];
+/// so that one executable can run on any device of the client (`execute_device`), with
+/// NaN-propagating min/max. Every compile (one op, compiled function) uses these bytes, and
+/// the disk cache keys on them, so changing them recompiles. Hand-encoded protobuf:
+/// - `1a 04 20 01 28 01`: field 3 `executable_build_options` (4 bytes) { field 4
+///   `num_replicas: 1`, field 5 `num_partitions: 1` } (an empty proto aborts inside XLA);
+/// - `20 01`: field 4 `compile_portable_executable: true`;
+/// - `3a 21 …`: field 7 `env_option_overrides` (a map entry, 0x21 = 33 bytes): key
+///   (`0a 1b`, 27 bytes) `xla_cpu_enable_fast_min_max`, value (`12 02`) an
+///   `OptionOverrideProto` { `10 00`: field 2 `bool_field: false` }. The fast default drops
+///   NaN in max/min (reduce and elementwise: max(1, NaN) = 1); torch propagates it.
+pub const COMPILE_OPTIONS: &[u8] =
+    b"\x1a\x04\x20\x01\x28\x01\x20\x01\x3a\x21\x0a\x1bxla_cpu_enable_fast_min_max\x12\x02\x10\x00";

@@ -85,6 +85,12 @@ impl RunSummary {
         self.steps.filter(|&s| s > 0).map(|s| self.steady_ns() as f64 / s as f64)
     }
 
+    /// The host's own time: wall less compiling, loading, device execute and transfers (a
+    /// read's wait for its producer is that op's execute, not a transfer).
+    pub fn host_ns(&self) -> u64 {
+        self.wall_ns.saturating_sub(self.compile_ns + self.load_ns + self.execute_ns + self.transfer_ns)
+    }
+
     /// Wall time without compiling and loading.
     fn steady_ns(&self) -> u64 {
         self.wall_ns.saturating_sub(self.compile_ns + self.load_ns)
@@ -200,6 +206,7 @@ impl Comparison {
         }
         rows.push(row("device execute", &|r| duration(r.execute_ns)));
         rows.push(row("transfer", &|r| duration(r.transfer_ns)));
+        rows.push(row("host (the rest)", &|r| duration(r.host_ns())));
         rows.push(row("wall", &|r| duration(r.wall_ns)));
         if self.steps.is_some() {
             rows.push(row("  per step, warm", &|r| r.steady_step_ns().map_or("-".into(), |ns| duration(ns as u64))));

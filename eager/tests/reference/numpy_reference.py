@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""NumPy side of eager's differential test (eager/tests/differential.rs).
+
+Usage: numpy_reference.py DIR
+
+DIR/cases.json lists cases: {"id", "op", "attrs", "inputs": [{"file", "dtype", "shape"}]}.
+Each input file holds raw little-endian values; bf16 inputs come as float32 (NumPy has no
+bf16; the values are exact). Writes DIR/results.json: per case id either
+{"file", "dtype", "shape"} (the expected values, raw: floats as float64, ints as int64 or
+uint64, bools as uint8), optionally "mag_file" (the same op on |x|, for the error bound of
+sums and products), or {"error": "..."} when NumPy refuses the case (eager must refuse too).
+
+Semantics follow torch: f16/bf16 inputs are computed in float32 and rounded once (by the
+Rust side, to the result dtype); integer division truncates toward zero (torch's
+rounding_mode="trunc", which is what eager's div of ints does).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+NP = {
+    "f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float32,
+    "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u32": np.uint32, "u64": np.uint64,
+    "bool": np.bool_,
+}
+HALF = ("f16", "bf16")
+
+
+def load(d, spec):
+    raw = np.fromfile(os.path.join(d, spec["file"]), dtype=np.dtype(NP[spec["dtype"]]).newbyteorder("<"))
+    a = raw.reshape(spec["shape"])
+    # Half precision computes in float32, as torch does on the CPU.
+    return a.astype(np.float32) if spec["dtype"] in HALF else a
+
+
+def trunc_div(a, b):
+    if a.dtype.kind == "f":
+        return a / b
+    if (b == 0).any():
+        raise ValueError("integer division by zero is not compared (eager documents XLA's values)")
+    with np.errstate(over="ignore"):
+        q = np.abs(a) // np.abs(b) if a.dtype.kind == "i" else a // b
+        if a.dtype.kind == "i":
+            q = np.where((a < 0) != (b < 0), -q, q).astype(a.dtype)
+    return q
+
+
+def softmax(x, dim):
+    e = np.exp(x - np.max(x, axis=dim, keepdims=True))
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+def log_softmax(x, dim):
+    s = x - np.max(x, axis=dim, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=dim, keepdims=True))
+
+
+def axes(attrs, x):
+    dims = attrs.get("dims") or list(range(x.ndim))
+    return tuple(d % max(x.ndim, 1) for d in dims)
+
+
+def reduce(fn, x, attrs):
+    ax = axes(attrs, x)
+    keep = attrs.get("keepdim", False)
+    if fn == "sum":
+        return np.sum(x, axis=ax, keepdims=keep, dtype=x.dtype)
+    if fn == "mean":
+        return np.mean(x, axis=ax, keepdims=keep, dtype=x.dtype)
+    if fn in ("max", "min"):
+        if any(x.shape[a] == 0 for a in ax):
+            raise ValueError(f"{fn} of an empty dim")
+        return (np.max if fn == "max" else np.min)(x, axis=ax, keepdims=keep)
+    raise KeyError(fn)
+
+
+def arg(fn, x, attrs):
+    f = np.argmax if fn == "argmax" else np.argmin
+    dim = attrs.get("dim")
+    keep = attrs.get("keepdim", False)
+    if dim is None:
+        r = f(x.reshape(-1))
+        return np.reshape(r, [1] * x.ndim) if keep else np.asarray(r)
+    return f(x, axis=dim, keepdims=keep)
+
+
+def gelu(x):
+    k = x.dtype.type(np.sqrt(2.0 / np.pi))
+    return x.dtype.type(0.5) * x * (1 + np.tanh(k * (x + x.dtype.type(0.044715) * x * x * x)))
+
+
+def cross_entropy(logits, targets):
+    ls = log_softmax(logits, 1)
+    n, c = logits.shape
+    if ((targets < 0) | (targets >= c)).any():
+        raise IndexError("target out of range")
+    return -np.mean(ls[np.arange(n), targets])
+
+
+UNARY = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "sin": np.sin, "cos": np.cos, "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": gelu,
+}
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": trunc_div, "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
+def compute(op, a, x):
+    """The expected result of `op` with attributes `a` on inputs `x`."""
+    if op in UNARY:
+        return UNARY[op](x[0])
+    if op in BINARY:
+        if op == "pow" and x[0].dtype.kind in "iu" and (x[1] < 0).any():
+            raise ValueError("integers to negative integer powers")
+        return BINARY[op](x[0], x[1])
+    if op == "where":
+        return np.where(x[0], x[1], x[2])
+    if op == "matmul":
+        return np.matmul(x[0], x[1])
+    if op in ("sum", "mean", "max", "min"):
+        return reduce(op, x[0], a)
+    if op in ("argmax", "argmin"):
+        return arg(op, x[0], a)
+    if op == "softmax":
+        return softmax(x[0], a["dim"])
+    if op == "log_softmax":
+        return log_softmax(x[0], a["dim"])
+    if op == "reshape":
+        return x[0].reshape(a["shape"])
+    if op == "permute":
+        return np.transpose(x[0], a["perm"])
+    if op == "broadcast_to":
+        return np.broadcast_to(x[0], a["shape"])
+    if op == "slice":
+        idx = [slice(None)] * x[0].ndim
+        idx[a["dim"]] = slice(a["start"], a["end"], a["step"])
+        return x[0][tuple(idx)]
+    if op == "cat":
+        return np.concatenate(x, axis=a["dim"])
+    if op == "index_select":
+        # np.take: negative indices wrap, out-of-range ones raise IndexError.
+        return np.take(x[0], x[1], axis=a["dim"])
+    if op == "embedding":
+        return np.take(x[0], x[1], axis=0)
+    if op == "cast":
+        return x[0].astype(NP[a["to"]]) if a["to"] not in HALF else x[0].astype(np.float32)
+    if op == "arange":
+        return np.arange(a["start"], a["end"], a["step"]).astype(NP[a["dtype"]])
+    if op == "eye":
+        return np.eye(a["n"], a["m"], dtype=NP[a["dtype"]])
+    if op == "full":
+        return np.full(a["shape"], a["value"], dtype=NP[a["dtype"]])
+    if op == "cross_entropy":
+        return cross_entropy(x[0], x[1])
+    if op == "mse":
+        return np.mean((x[0] - x[1]) ** 2)
+    raise KeyError(f"no reference for op {op!r}")
+
+
+def magnitude(op, a, x):
+    """The op on |x| for sums and products: the scale of their rounding error."""
+    ax = [np.abs(v.astype(np.float64)) if v.dtype.kind == "f" else v for v in x]
+    if op in ("sum", "mean"):
+        return reduce(op, ax[0], a)
+    if op == "matmul":
+        return np.matmul(ax[0], ax[1])
+    if op in ("softmax", "log_softmax", "cross_entropy", "mse"):
+        return None
+    return None
+
+
+def write(d, name, r):
+    r = np.asarray(r)
+    if r.dtype.kind == "f":
+        r = r.astype("<f8")
+    elif r.dtype.kind == "i":
+        r = r.astype("<i8")
+    elif r.dtype.kind == "u":
+        r = r.astype("<u8")
+    elif r.dtype.kind == "b":
+        r = r.astype("u1")
+    else:
+        raise TypeError(f"unexpected result dtype {r.dtype}")
+    np.ascontiguousarray(r).tofile(os.path.join(d, name))
+    return {"file": name, "dtype": r.dtype.str, "shape": list(r.shape)}
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    with open(os.path.join(d, "cases.json")) as f:
+        cases = json.load(f)["cases"]
+    results = {}
+    for c in cases:
+        x = [load(d, s) for s in c["inputs"]]
+        try:
+            with np.errstate(all="ignore"):
+                r = compute(c["op"], c.get("attrs", {}), x)
+                m = magnitude(c["op"], c.get("attrs", {}), x) if r.dtype.kind == "f" else None
+        except (IndexError, ValueError) as e:
+            results[str(c["id"])] = {"error": f"{type(e).__name__}: {e}"}
+            continue
+        entry = write(d, f"{c['id']}.out", r)
+        if m is not None:
+            entry["mag_file"] = write(d, f"{c['id']}.mag", m)["file"]
+        results[str(c["id"])] = entry
+    with open(os.path.join(d, "results.json"), "w") as f:
+        json.dump({"numpy": np.__version__, "results": results}, f)
+
+
+if __name__ == "__main__":
+    main()
