@@ -65,11 +65,11 @@ NOTEBOOKS = {
                       "    }\n"
                       "}\n"
                       "// A shape this machine has never compiled for (its width comes from the clock).\n"
-                      "let cols = 1000 + (SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() % 9000) as usize;\n"
-                      "let x = Tensor::rand(&[64, cols], DType::F32)?;\n"
+                      "let cols = 100 + (SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() % 900) as usize;\n"
+                      "let x = Tensor::rand(&[16, cols], DType::F32)?;\n"
                       "let mark = profiler::next_seq();\n"
                       "let t = Instant::now();\nx.sin()?.block_until_ready()?;\n"
-                      "format!(\"first sin of f32[64, {cols}]: {:.1} ms ({} + run)\", t.elapsed().as_secs_f64() * 1e3, how(mark))"),
+                      "format!(\"first sin of f32[16, {cols}]: {:.1} ms ({} + run)\", t.elapsed().as_secs_f64() * 1e3, how(mark))"),
         new_markdown_cell("That compile was also written to the persistent compile cache "
                           "(`~/.cache/eager/compiled`). A new session finds it there: emptying the in-memory "
                           "cache shows what that costs instead of a compile."),

@@ -8,6 +8,15 @@ import jupyter_kernel_test as jkt
 
 class EagerKernelTests(jkt.KernelTests):
     kernel_name = "eager"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # The kernel answers kernel_info at once and starts its Rust session behind it; the
+        # standard checks give each request 15 s, so wait for the session first (a silent
+        # cell, which counts nothing).
+        reply = cls.kc.execute_interactive("", silent=True, store_history=False, timeout=900)
+        assert reply["content"]["status"] == "ok", reply
     language_name = "rust"
     file_extension = ".rs"
 
