@@ -50,10 +50,13 @@ pub fn child_hook() {
 /// The line evcxr's generated code prints when a cell's `?` returned an error (its message
 /// went to stderr); evcxr's host consumes it and reports success.
 const EVCXR_ERROR_LINE: &[u8] = b"EVCXR_ERROR_OCCURRED\n";
+/// The line evcxr's generated code prints when a cell panicked (the panic went to stderr).
+const EVCXR_PANIC_LINE: &[u8] = b"EVCXR_PANIC_NOTIFICATION\n";
 
 /// In the cell process: stdout goes through a pipe read by a thread that copies it on, and
-/// puts an error block (`eager::session::ERROR_MIME`) before evcxr's error line, so the host
-/// learns that the cell failed (and asks the session's eager for the error's kind).
+/// puts an error block (`eager::session::ERROR_MIME`) before evcxr's error and panic lines, so
+/// the host learns at once that the cell failed (and asks the session's eager for the error's
+/// kind) and waits for its message on stderr only then.
 fn watch_cell_errors() -> std::io::Result<()> {
     use std::io::{BufRead, BufReader, Write};
     use std::os::fd::{FromRawFd, OwnedFd};
@@ -81,8 +84,13 @@ fn watch_cell_errors() -> std::io::Result<()> {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
-            if line == EVCXR_ERROR_LINE {
-                let block = serde_json::json!({ "ename": "Error" });
+            let ename = match line.as_slice() {
+                EVCXR_ERROR_LINE => Some("Error"),
+                EVCXR_PANIC_LINE => Some("panic"),
+                _ => None,
+            };
+            if let Some(ename) = ename {
+                let block = serde_json::json!({ "ename": ename });
                 let _ = writeln!(out, "EVCXR_BEGIN_CONTENT {}\n{block}\nEVCXR_END_CONTENT", eager::session::ERROR_MIME);
             }
             if out.write_all(&line).and_then(|_| out.flush()).is_err() {

@@ -150,8 +150,9 @@ fn eval_and_print(session: &Worker, ctrl_c: &CtrlC, cell: &str) -> bool {
         }
         Err(e) => Err(CellError::new("SessionError", format!("the Rust session could not start: {e}"))),
     };
-    // Let the child's last output lines reach the terminal before the result.
-    std::thread::sleep(Duration::from_millis(20));
+    // Let the child's last output lines (already in the sink's channel) reach the terminal
+    // before the result.
+    std::thread::sleep(Duration::from_millis(5));
     match result {
         Ok(outputs) => {
             for o in outputs {

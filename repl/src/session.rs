@@ -267,22 +267,23 @@ impl Session {
             let after = if restarted { Ok(0) } else { self.control().and_then(|c| c.seq()) };
             self.last_cell = (before, after.unwrap_or(before));
         }
-        // evcxr catches a panic in the child and reports success: a panic is the cell's
-        // error (its message reaches stderr just after the cell returns).
-        if result.is_ok() {
-            std::thread::sleep(Duration::from_millis(50));
-            if let Some(msg) = self.stderr.lock().unwrap().panic.take() {
-                let traceback = vec![format!("panic: {msg}")];
-                return Err(CellError { ename: "panic".into(), traceback, evalue: msg, on_stderr: true });
-            }
-        }
         match result {
             Ok(mut out) => {
+                // evcxr reports a panic as success: the child's stdout watch marks it (and a `?`
+                // error) with an error block; the message comes on stderr, on its own thread.
+                let block = out.content_by_mime_type.remove(eager::session::ERROR_MIME);
+                if block.is_some() {
+                    self.wait_for_stderr();
+                }
+                if let Some(msg) = self.stderr.lock().unwrap().panic.take() {
+                    let traceback = vec![format!("panic: {msg}")];
+                    return Err(CellError { ename: "panic".into(), traceback, evalue: msg, on_stderr: true });
+                }
                 if std::env::var_os("EAGER_REPL_PHASES").is_some() {
                     let phases: Vec<String> = out.phases.iter().map(|p| format!("{} {:.0} ms", p.name, p.duration.as_secs_f64() * 1e3)).collect();
                     eprintln!("evcxr phases: {}", phases.join(", "));
                 }
-                if let Some(block) = out.content_by_mime_type.remove(eager::session::ERROR_MIME) {
+                if let Some(block) = block {
                     return Err(self.cell_error(&block));
                 }
                 let mut data: Vec<(String, String)> = out.content_by_mime_type.into_iter().collect();
@@ -291,6 +292,23 @@ impl Session {
             }
             Err(e) => Err(render_error(&e, cell)),
         }
+    }
+
+    /// Waits (up to 250 ms) for the failing cell's message on stderr: its panic message, or a
+    /// last line for a `?` error. The child wrote it before the line that marked the failure.
+    fn wait_for_stderr(&self) {
+        let deadline = Instant::now() + Duration::from_millis(250);
+        while Instant::now() < deadline {
+            {
+                let w = self.stderr.lock().unwrap();
+                if (w.panic.is_some() && !w.after_header) || (w.panic.is_none() && w.last_line.is_some()) {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Lines written together arrive together; give the rest of a burst a moment.
+        std::thread::sleep(Duration::from_millis(5));
     }
 
     /// The cell's error from its error block: an `Err` that ended the cell (ename and evalue
@@ -303,6 +321,10 @@ impl Session {
             return CellError::new(ename, evalue);
         }
         let last = self.stderr.lock().unwrap().last_line.clone().unwrap_or_default();
+        if ename == "panic" {
+            // Its message did not come in time: the last line is the best there is.
+            return CellError { on_stderr: true, ..CellError::new("panic", last) };
+        }
         let shown = self.control().and_then(|c| c.take_error()).ok().flatten();
         let (ename, evalue) = match shown {
             // The error printed last was eager's: its kind, and its whole text.
