@@ -100,6 +100,11 @@ fn existing_session() -> Option<&'static Global> {
 /// Notes an eager error as it is displayed, in a session's cell process (elsewhere nothing):
 /// evcxr prints a cell's `?` error with `Display` alone, and the session reports its kind.
 pub(crate) fn note_shown_error(kind: &str, text: &str) {
+    // Only evcxr's cell process has a session: elsewhere skip the symbol lookup.
+    static IN_CELL_PROCESS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*IN_CELL_PROCESS.get_or_init(|| std::env::var_os("EVCXR_IS_RUNTIME").is_some()) {
+        return;
+    }
     if let Some(g) = existing_session() {
         *g.shown_error.lock().unwrap_or_else(|p| p.into_inner()) = Some((kind.to_string(), text.to_string()));
     }

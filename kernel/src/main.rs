@@ -238,7 +238,12 @@ impl Kernel {
             JupyterMessageContent::CompleteRequest(req) => {
                 let byte = byte_offset(&req.code, req.cursor_pos);
                 let code = req.code.clone();
-                let (start, list) = self.on_session(move |s| s.completions(&code, byte)).await.unwrap_or((byte, vec![]));
+                // Nothing while the session starts: the shell must not wait for it.
+                let (start, list) = if self.session.is_ready() {
+                    self.on_session(move |s| s.completions(&code, byte)).await.unwrap_or((byte, vec![]))
+                } else {
+                    (byte, vec![])
+                };
                 let cursor_start = char_offset(&req.code, start);
                 // Matches are the text to insert; signatures go where JupyterLab reads them.
                 let types: Vec<serde_json::Value> = list
@@ -264,7 +269,11 @@ impl Kernel {
             }
             JupyterMessageContent::InspectRequest(req) => {
                 let (code, byte) = (req.code.clone(), byte_offset(&req.code, req.cursor_pos));
-                let docs = self.on_session(move |s| s.hover(&code, byte)).await.ok().flatten();
+                let docs = if self.session.is_ready() {
+                    self.on_session(move |s| s.hover(&code, byte)).await.ok().flatten()
+                } else {
+                    None
+                };
                 InspectReply {
                     found: docs.is_some(),
                     data: docs.map(|d| Media::from(MediaType::Plain(d))).unwrap_or_default(),

@@ -50,6 +50,8 @@ pub fn child_hook() {
 /// The line evcxr's generated code prints when a cell's `?` returned an error (its message
 /// went to stderr); evcxr's host consumes it and reports success.
 const EVCXR_ERROR_LINE: &[u8] = b"EVCXR_ERROR_OCCURRED\n";
+/// Written to the cell process's stderr after a failing cell's own lines (its message).
+pub(crate) const STDERR_SYNC_LINE: &str = "EAGER_STDERR_SYNC";
 /// The line evcxr's generated code prints when a cell panicked (the panic went to stderr).
 const EVCXR_PANIC_LINE: &[u8] = b"EVCXR_PANIC_NOTIFICATION\n";
 
@@ -73,6 +75,9 @@ fn watch_cell_errors() -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
         libc::close(fds[1]);
+        // Not for processes a cell starts: they keep the pipe's write end as their stdout.
+        libc::fcntl(fds[0], libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::fcntl(real_stdout, libc::F_SETFD, libc::FD_CLOEXEC);
         (std::fs::File::from(OwnedFd::from_raw_fd(fds[0])), std::fs::File::from(OwnedFd::from_raw_fd(real_stdout)))
     };
     std::thread::Builder::new().name("eager-stdout".into()).spawn(move || {
@@ -92,6 +97,8 @@ fn watch_cell_errors() -> std::io::Result<()> {
             if let Some(ename) = ename {
                 let block = serde_json::json!({ "ename": ename });
                 let _ = writeln!(out, "EVCXR_BEGIN_CONTENT {}\n{block}\nEVCXR_END_CONTENT", eager::session::ERROR_MIME);
+                // After everything the cell wrote to stderr: the host waits for this line.
+                eprintln!("{STDERR_SYNC_LINE}");
             }
             if out.write_all(&line).and_then(|_| out.flush()).is_err() {
                 return;

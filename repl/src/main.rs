@@ -108,15 +108,18 @@ fn run(args: Args) -> Result<ExitCode> {
     let device = opts.device.clone().unwrap_or_else(|| "cpu:0".into());
     let session = Worker::start(opts, sink);
 
-    if let Some(code) = args.eval {
+    let code = if let Some(code) = args.eval {
         let ok = eval_and_print(&session, &ctrl_c, &code);
-        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
-    }
-    if !interactive {
-        return Ok(run_piped(&session, &ctrl_c));
-    }
-    eprintln!("eager-repl: Rust cells run on {device} at once. :help for commands, Ctrl-D to exit.");
-    interactive_loop(session, ctrl_c)
+        Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    } else if !interactive {
+        Ok(run_piped(&session, &ctrl_c))
+    } else {
+        eprintln!("eager-repl: Rust cells run on {device} at once. :help for commands, Ctrl-D to exit.");
+        interactive_loop(session.clone(), ctrl_c)
+    };
+    // The session's cell process and control socket go with it.
+    session.shutdown();
+    code
 }
 
 /// Before a cell runs: if the session is still starting, says so on one line (with a spinner

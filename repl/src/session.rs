@@ -127,7 +127,7 @@ fn preload_cells(eager_dir: &Path) -> [String; 4] {
 /// Cargo settings for evcxr's builds under `base` (cargo reads a parent directory's
 /// `.cargo/config.toml`, and its profiles override the manifest's): cells build at opt-level
 /// 0, which cut a cell's compile by about a third, while eager and every other dependency
-/// stay optimized.
+/// stay optimized. (evcxr's `:opt` therefore no longer changes the cells' level.)
 fn write_cell_profile(base: &Path) -> Result<()> {
     let dir = base.join(".cargo");
     std::fs::create_dir_all(&dir)?;
@@ -135,7 +135,9 @@ fn write_cell_profile(base: &Path) -> Result<()> {
                 [profile.dev]\nopt-level = 0\n\n[profile.dev.package.\"*\"]\nopt-level = 2\n";
     let path = dir.join("config.toml");
     if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        // Renamed into place: a session starting at the same moment reads a whole file.
+        let tmp = dir.join(format!("config.toml.{}", std::process::id()));
+        std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path)).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -179,6 +181,10 @@ impl Session {
                 let mut in_backtrace = false;
                 while let Ok(line) = rx.recv() {
                     if stream == Stream::Stderr {
+                        if line == crate::STDERR_SYNC_LINE {
+                            panic.lock().unwrap().synced = true;
+                            continue;
+                        }
                         panic.lock().unwrap().see(&line);
                     }
                     if !skip_backtrace_line(&line, &mut in_backtrace) {
@@ -272,7 +278,8 @@ impl Session {
                 // evcxr reports a panic as success: the child's stdout watch marks it (and a `?`
                 // error) with an error block; the message comes on stderr, on its own thread.
                 let block = out.content_by_mime_type.remove(eager::session::ERROR_MIME);
-                if block.is_some() {
+                // A block without its message (a panic, a `?`): the message is on stderr.
+                if block.as_deref().is_some_and(|b| !b.contains("\"evalue\"")) {
                     self.wait_for_stderr();
                 }
                 if let Some(msg) = self.stderr.lock().unwrap().panic.take() {
@@ -294,21 +301,14 @@ impl Session {
         }
     }
 
-    /// Waits (up to 250 ms) for the failing cell's message on stderr: its panic message, or a
-    /// last line for a `?` error. The child wrote it before the line that marked the failure.
+    /// Waits (up to 2 s) for the failing cell's message on stderr: the cell process's stdout
+    /// watch writes a sync line to stderr after the line that marked the failure, so every
+    /// line the cell wrote before it has arrived once the sync line has.
     fn wait_for_stderr(&self) {
-        let deadline = Instant::now() + Duration::from_millis(250);
-        while Instant::now() < deadline {
-            {
-                let w = self.stderr.lock().unwrap();
-                if (w.panic.is_some() && !w.after_header) || (w.panic.is_none() && w.last_line.is_some()) {
-                    break;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(2));
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline && !self.stderr.lock().unwrap().synced {
+            std::thread::sleep(Duration::from_millis(1));
         }
-        // Lines written together arrive together; give the rest of a burst a moment.
-        std::thread::sleep(Duration::from_millis(5));
     }
 
     /// The cell's error from its error block: an `Err` that ended the cell (ename and evalue
@@ -525,6 +525,8 @@ struct StderrWatch {
     after_header: bool,
     panic: Option<String>,
     last_line: Option<String>,
+    /// The cell process's sync line came (see `wait_for_stderr`).
+    synced: bool,
 }
 
 impl StderrWatch {

@@ -7,14 +7,28 @@ use std::time::Duration;
 
 use crate::session::{Interrupter, Session, SessionOptions, StreamSink};
 
-type Job = Box<dyn FnOnce(&mut Session) + Send>;
+enum Job {
+    Run(Box<dyn FnOnce(&mut Session) + Send>),
+    /// Ends the thread, dropping the session (its evcxr child and control socket).
+    Stop,
+}
 
-/// Where the session's start stands.
+/// Where the session stands.
 #[derive(Clone)]
 enum State {
     Starting,
     Ready(Interrupter),
     Failed(String),
+    Ended,
+}
+
+/// Sets the state on the session thread's way out, however it leaves (a panic too).
+struct OnExit<F: Fn(State)>(F);
+
+impl<F: Fn(State)> Drop for OnExit<F> {
+    fn drop(&mut self) {
+        (self.0)(State::Ended);
+    }
 }
 
 /// A handle on the session thread; cheap to clone, usable from any thread.
@@ -31,18 +45,25 @@ impl Worker {
         let state = Arc::new((Mutex::new(State::Starting), Condvar::new()));
         let shared = state.clone();
         let set = move |s: State| {
-            *shared.0.lock().unwrap_or_else(|p| p.into_inner()) = s;
+            let mut state = shared.0.lock().unwrap_or_else(|p| p.into_inner());
+            // A failure stays the answer (the thread's exit comes after it).
+            if !(matches!(s, State::Ended) && matches!(*state, State::Failed(_))) {
+                *state = s;
+            }
             shared.1.notify_all();
         };
         let spawned = std::thread::Builder::new().name("eager-session".into()).spawn(move || {
+            let exit = OnExit(set);
             let mut session = match Session::start(&opts, sink) {
                 Ok(s) => s,
                 // Queued and later jobs are dropped: their callers see the failure.
-                Err(e) => return set(State::Failed(format!("{e:#}"))),
+                Err(e) => return (exit.0)(State::Failed(format!("{e:#}"))),
             };
-            set(State::Ready(session.interrupter()));
+            (exit.0)(State::Ready(session.interrupter()));
             for job in rx {
-                job(&mut session);
+                let Job::Run(job) = job else { break };
+                // A panic in the engine fails that request; the session goes on.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut session)));
             }
         });
         if let Err(e) = spawned {
@@ -70,6 +91,7 @@ impl Worker {
             State::Starting => None,
             State::Ready(i) => Some(Ok(i.clone())),
             State::Failed(e) => Some(Err(e.clone())),
+            State::Ended => Some(Err("the Rust session ended".into())),
         }
     }
 
@@ -90,13 +112,23 @@ impl Worker {
         }
     }
 
+    /// Ends the session after the requests queued before this (its cell process and control
+    /// socket go with it), waiting up to 10 s.
+    pub fn shutdown(&self) {
+        if self.jobs.send(Job::Stop).is_ok() {
+            let (lock, changed) = &*self.state;
+            let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = changed.wait_timeout_while(guard, Duration::from_secs(10), |s| !matches!(s, State::Ended | State::Failed(_)));
+        }
+    }
+
     /// Runs `f` on the session (after the start and every request queued before it) and
     /// returns its result; an error if the session could not start.
     pub fn run<R: Send + 'static>(&self, f: impl FnOnce(&mut Session) -> R + Send + 'static) -> Result<R, String> {
         let (tx, rx) = mpsc::channel();
-        let sent = self.jobs.send(Box::new(move |s: &mut Session| {
+        let sent = self.jobs.send(Job::Run(Box::new(move |s: &mut Session| {
             let _ = tx.send(f(s));
-        }));
+        })));
         match sent.ok().and_then(|_| rx.recv().ok()) {
             Some(r) => Ok(r),
             None => Err(match self.state() {
