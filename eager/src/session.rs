@@ -117,15 +117,13 @@ pub fn take_shown_error() -> Option<(String, String)> {
 }
 
 /// The MIME type of the block a cell prints when it failed: JSON `{"ename", "evalue"}`
-/// (`evalue` absent when the cell's `?` printed it on stderr already).
+/// (`evalue` absent in the block the REPL's cell process writes for a `?` or a panic, whose
+/// message went to stderr).
 pub const ERROR_MIME: &str = "application/vnd.eager.error+json";
 
 /// Prints a cell's error block (see [`ERROR_MIME`]).
-pub fn print_error_block(ename: &str, evalue: Option<&str>) {
-    let mut v = json!({ "ename": ename });
-    if let Some(e) = evalue {
-        v["evalue"] = json!(e);
-    }
+pub fn print_error_block(ename: &str, evalue: &str) {
+    let v = json!({ "ename": ename, "evalue": evalue });
     println!("EVCXR_BEGIN_CONTENT {ERROR_MIME}\n{v}\nEVCXR_END_CONTENT");
 }
 
@@ -173,7 +171,7 @@ impl<T: std::fmt::Debug + 'static, E: std::fmt::Display + 'static> EvcxrResultDi
                     Some(err) => err.kind().to_string(),
                     None => short_type_name::<E>(),
                 };
-                print_error_block(&ename, Some(&e.to_string()));
+                print_error_block(&ename, &e.to_string());
             }
         }
     }

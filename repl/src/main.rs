@@ -93,8 +93,8 @@ impl CtrlC {
 
 fn run(args: Args) -> Result<ExitCode> {
     let interactive = args.eval.is_none() && std::io::stdin().is_terminal();
-    // No spinner from the session: the prompt is up while it starts (see `wait_for_start`).
-    let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None, progress: false };
+    // The prompt is up while the session starts; a cell waits for it (see `wait_for_start`).
+    let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None };
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
         Stream::Stdout if line == eager::session::CLEAR_OUTPUT_MARKER => {}
         Stream::Stdout => println!("{line}"),

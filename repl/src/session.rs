@@ -22,8 +22,6 @@ pub struct SessionOptions {
     /// The eager crate to preload (defaults to the one this binary was built from, or
     /// `EAGER_SOURCE_DIR`).
     pub eager_dir: Option<PathBuf>,
-    /// Show a spinner on stderr while the preload builds.
-    pub progress: bool,
 }
 
 /// One display of a cell: its payload per MIME type (`image/png` as base64), and whether it
@@ -101,9 +99,6 @@ pub struct Session {
     /// Profiler mark before the last user cell, and after it.
     last_cell: (u64, u64),
     _build_dir_lock: File,
-    /// Time to start evcxr, and to build and load eager in it.
-    pub startup: Duration,
-    pub preload: Duration,
 }
 
 /// A variable of the preload's last cell, hidden from `:vars`.
@@ -194,7 +189,6 @@ impl Session {
             });
         }
         let child_pid = ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0);
-        let startup = t0.elapsed();
         let mut session = Session {
             ctx,
             socket,
@@ -203,8 +197,6 @@ impl Session {
             stderr,
             last_cell: (0, 0),
             _build_dir_lock: lock,
-            startup,
-            preload: Duration::ZERO,
         };
         let eager_dir = opts
             .eager_dir
@@ -212,25 +204,11 @@ impl Session {
             .or_else(|| std::env::var_os("EAGER_SOURCE_DIR").map(PathBuf::from))
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../eager"));
         let eager_dir = eager_dir.canonicalize().with_context(|| format!("eager's source at {}", eager_dir.display()))?;
-        let t1 = Instant::now();
-        let spinner = opts.progress.then(|| {
-            let s = indicatif::ProgressBar::new_spinner();
-            s.set_message(format!(
-                "building eager into the session (the first time takes a few minutes; later sessions reuse {})",
-                build_dir.display()
-            ));
-            s.enable_steady_tick(Duration::from_millis(120));
-            s
-        });
         for cell in preload_cells(&eager_dir) {
             if let Err(e) = session.ctx.execute(&cell) {
                 return Err(anyhow!("preloading eager ({cell}): {}", render_error(&e, &cell).evalue));
             }
         }
-        if let Some(s) = spinner {
-            s.finish_and_clear();
-        }
-        session.preload = t1.elapsed();
         session.control()?;
         Ok(session)
     }
