@@ -35,6 +35,7 @@ pub mod profiler;
 pub mod runtime;
 pub mod session;
 pub mod shape;
+pub mod shared;
 pub mod tensor;
 pub mod var;
 

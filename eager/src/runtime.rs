@@ -19,6 +19,7 @@ use crate::pjrt::{self, Client, DeviceInfo, Executable};
 use crate::plugin;
 use crate::profiler::{CacheOutcome, EventKind, OpInfo, Profiler};
 use crate::shape::Spec;
+use crate::shared::{lock, Shared};
 use crate::tensor::Tensor;
 
 /// A started device kind: its plugin, client and devices.
@@ -108,14 +109,10 @@ fn device_slot(d: Device) -> usize {
 }
 
 /// The process's state: shared with other copies of this library in the process when a host
-/// offers a slot for it (see [`crate::session`]).
+/// offers a slot for it (see [`crate::shared`]).
 pub(crate) fn global() -> &'static Global {
-    static GLOBAL: OnceLock<&'static Global> = OnceLock::new();
-    GLOBAL.get_or_init(|| crate::session::shared_or_new(Global::new))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    static GLOBAL: Shared<Global> = Shared::new("eager::runtime::Global", Global::new);
+    GLOBAL.get()
 }
 
 /// The runtime of `kind`, started on first use (plugin found, or fetched for CPU).

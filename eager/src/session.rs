@@ -1,100 +1,23 @@
-//! One eager runtime per process, even when the library is loaded more than once. evcxr
-//! compiles every REPL cell into its own shared object with its own copy of eager's statics;
-//! a host binary that exports the symbol [`SLOT_SYMBOL`] (an `AtomicPtr`, see the repl crate)
-//! lets every copy find the state the first copy made: one PJRT client, one compile cache,
-//! one profiler log for the whole session. Without the symbol (ordinary programs) the
-//! library's own static is used.
+//! What a REPL session's cells link (one runtime per session is [`crate::shared`]'s job).
 //!
-//! The copy that creates the state also serves a control socket when [`CONTROL_SOCKET_ENV`]
+//! The first cell to [`attach`] serves a control socket when [`CONTROL_SOCKET_ENV`]
 //! names one: the REPL host reads the profiler log and the cache through it, sets the default
 //! device and interrupts a running cell.
 
-use std::ffi::c_void;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use serde_json::{json, Value};
 
 use crate::runtime::Global;
 use crate::{cache, plugin, profiler, runtime, Device, DeviceKind};
 
-/// The symbol a host binary exports (`static EAGER_SESSION_SLOT: AtomicPtr<c_void>`).
-pub const SLOT_SYMBOL: &str = "EAGER_SESSION_SLOT";
 /// Env var naming the Unix socket the session's control server listens on.
 pub const CONTROL_SOCKET_ENV: &str = "EAGER_CONTROL_SOCKET";
 
-/// What the slot points to. `repr(C)` and a build fingerprint: a copy built from other
-/// source (eager edited mid-session) must not read another copy's `Global`.
-#[repr(C)]
-struct SlotRecord {
-    magic: u64,
-    build_id: *const u8,
-    build_id_len: usize,
-    global: *const Global,
-}
-
-const MAGIC: u64 = 0xEA6E_5E55_0000_0001;
-const BUILD_ID: &str = env!("EAGER_BUILD_ID");
-
-/// The process's shared state if a host slot has one, else `make()`'s (published to the slot
-/// when there is one).
-pub(crate) fn shared_or_new(make: fn() -> Global) -> &'static Global {
-    let Some(slot) = find_slot() else {
-        return Box::leak(Box::new(make()));
-    };
-    if let Some(g) = read_slot(slot) {
-        return g;
-    }
-    let g: &'static Global = Box::leak(Box::new(make()));
-    let rec = Box::into_raw(Box::new(SlotRecord { magic: MAGIC, build_id: BUILD_ID.as_ptr(), build_id_len: BUILD_ID.len(), global: g }));
-    match slot.compare_exchange(std::ptr::null_mut(), rec as *mut c_void, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => {
-            start_control_server();
-            g
-        }
-        Err(_) => {
-            // Another copy won the race; use its state.
-            // SAFETY: `rec` was never published.
-            drop(unsafe { Box::from_raw(rec) });
-            read_slot(slot).unwrap_or(g)
-        }
-    }
-}
-
-fn find_slot() -> Option<&'static AtomicPtr<c_void>> {
-    let this = libloading::os::unix::Library::this();
-    // SAFETY: a host exports this symbol only as `static AtomicPtr<c_void>`.
-    let sym = unsafe { this.get::<*mut AtomicPtr<c_void>>(b"EAGER_SESSION_SLOT\0") }.ok()?;
-    let p: *mut AtomicPtr<c_void> = *sym;
-    // SAFETY: the host's static lives as long as the process.
-    (!p.is_null()).then(|| unsafe { &*p })
-}
-
-fn read_slot(slot: &AtomicPtr<c_void>) -> Option<&'static Global> {
-    let g = read_slot_quietly(slot);
-    if g.is_none() && !slot.load(Ordering::Acquire).is_null() {
-        eprintln!("eager: this cell's eager was built from other source than the session's; it gets a runtime of its own (restart the session to share one again)");
-    }
-    g
-}
-
-/// The state a copy of this code published in `slot`, if any.
-fn read_slot_quietly(slot: &AtomicPtr<c_void>) -> Option<&'static Global> {
-    let rec = slot.load(Ordering::Acquire) as *const SlotRecord;
-    if rec.is_null() {
-        return None;
-    }
-    // SAFETY: records are leaked once published and come from a copy of this code (checked by
-    // magic and fingerprint before the `Global` pointer is used).
-    let rec = unsafe { &*rec };
-    let id = unsafe { std::slice::from_raw_parts(rec.build_id, rec.build_id_len) };
-    (rec.magic == MAGIC && id == BUILD_ID.as_bytes()).then(|| unsafe { &*rec.global })
-}
-
-/// The session's state if one exists already (never creates it).
+/// The session's state if this process has one (never creates it).
 fn existing_session() -> Option<&'static Global> {
-    find_slot().and_then(read_slot_quietly)
+    crate::shared::in_session().then(runtime::global)
 }
 
 /// Notes an eager error as it is displayed, in a session's cell process (elsewhere nothing):
@@ -198,7 +121,9 @@ pub fn clear_output() {
 /// Makes sure the session's runtime exists (and its control server runs). The REPL's
 /// preload cell calls it, so the host can talk to the child before the first user op.
 pub fn attach() {
+    static CONTROL: crate::shared::Shared<()> = crate::shared::Shared::new("eager::session::control", start_control_server);
     let _ = runtime::global();
+    CONTROL.get();
 }
 
 fn start_control_server() {
