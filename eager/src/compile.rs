@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::{Op, Program, ValueDef};
+use crate::ops::{Call, Op, Program, ValueDef};
 use crate::runtime::{self, Runtime};
 use crate::shape::Spec;
 use crate::tensor::Tensor;
@@ -337,7 +337,7 @@ fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
         })
         .collect::<Result<_>>()?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
-    let mut outs = runtime::dispatch_all(Op::Call(t.program.clone()), &refs, Some(device))?.into_vec();
+    let mut outs = runtime::dispatch_all(Op::Call(Call { program: t.program.clone() }), &refs, Some(device))?.into_vec();
     let written = outs.split_off(t.returned);
     for (var, value) in t.writes.iter().zip(written) {
         var.set(value)?;

@@ -154,3 +154,23 @@ pub(crate) fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
     // SAFETY: every Element is plain old data with no padding (bool is one byte 0/1).
     unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
 }
+
+/// Host bytes of `values` converted to `dtype`.
+pub(crate) fn encode_f64(values: &[f64], dtype: DType) -> Vec<u8> {
+    fn conv<T: Element>(v: &[f64]) -> Vec<u8> {
+        let t: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
+        as_bytes(&t).to_vec()
+    }
+    match dtype {
+        DType::Bool => conv::<bool>(values),
+        DType::U8 => conv::<u8>(values),
+        DType::I32 => conv::<i32>(values),
+        DType::I64 => conv::<i64>(values),
+        DType::U32 => conv::<u32>(values),
+        DType::U64 => conv::<u64>(values),
+        DType::F16 => conv::<f16>(values),
+        DType::BF16 => conv::<bf16>(values),
+        DType::F32 => conv::<f32>(values),
+        DType::F64 => conv::<f64>(values),
+    }
+}

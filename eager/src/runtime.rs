@@ -430,8 +430,8 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
     let dev = rt.device(device)?;
     // Cloned before the key takes the op (empty, so no allocation, for one-output ops).
     let more_outputs: SmallVec<[Spec; 1]> = op.more_outputs().iter().cloned().collect();
-    let index_check = op.index_check(inputs);
     let key = OpKey::new(op, inputs, device);
+    let index_check = key.op.index_check(&key.inputs);
     let (exe, info, outcome, compile_ns) = executable(&rt, key, start)?;
     let exec_start = Instant::now();
     let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().map(|b| b.raw())).collect::<Result<_>>()?;
@@ -579,7 +579,7 @@ const SCALAR_CACHE_ENTRIES: usize = 1024;
 /// `x * 2.0` and `x * 3.0` share one executable; each value is uploaded once and reused
 /// (tensors never change), so a training loop's `* lr` costs no transfer per step.
 pub(crate) fn scalar(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
-    let bytes = crate::tensor::encode_f64(&[value], dtype);
+    let bytes = crate::dtype::encode_f64(&[value], dtype);
     let mut bits = [0u8; 8];
     bits[..bytes.len()].copy_from_slice(&bytes);
     let key = (device, dtype, u64::from_le_bytes(bits));

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context;
-use eager::ops::{Binary, Op};
+use eager::ops::{Binary, Matmul, Op};
 use eager::pjrt::Buffer;
 use eager::prelude::*;
 use eager::profiler::CacheOutcome;
@@ -359,7 +359,7 @@ fn main() -> anyhow::Result<()> {
     let ours = time_calls(20, || {
         a.matmul(&b).unwrap().block_until_ready().unwrap();
     });
-    let mm = runtime::executable_for(Op::Matmul, &[&a, &b])?;
+    let mm = runtime::executable_for(Op::Matmul(Matmul), &[&a, &b])?;
     let mm_args = [runtime::raw_buffer(&a), runtime::raw_buffer(&b)];
     let raw = time_calls(20, || {
         let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();

@@ -1,0 +1,134 @@
+//! A call of a compiled function: one program of many traced ops, each emitted by its own
+//! definition (see `crate::compile`, which traces it).
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Spec;
+
+use super::emit::{module, Emitter, Value};
+use super::{Grads, Op, OpDef, Operand};
+
+/// A value of a traced program: a parameter, or the result of an op on earlier values.
+#[derive(Debug, Clone)]
+pub(crate) enum ValueDef {
+    Param(usize),
+    Op { op: Op, inputs: SmallVec<[usize; 3]> },
+}
+
+/// A compiled function's StableHLO module, with its signature.
+#[derive(Debug)]
+pub struct Program {
+    pub name: &'static str,
+    pub text: String,
+    pub params: Vec<Spec>,
+    pub outputs: Vec<Spec>,
+    /// Ops traced into it.
+    pub ops: usize,
+    hash: u64,
+}
+
+impl PartialEq for Program {
+    fn eq(&self, other: &Program) -> bool {
+        std::ptr::eq(self, other) || (self.hash == other.hash && self.text == other.text)
+    }
+}
+impl Eq for Program {}
+impl std::hash::Hash for Program {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.hash.hash(h)
+    }
+}
+
+impl Program {
+    /// Emits the module of a traced function: `values` in order (parameters `0..params` among
+    /// them), returning `outputs`. Each op is emitted by its own [`Op`] definition.
+    pub(crate) fn new(name: &'static str, values: &[(ValueDef, Spec)], params: usize, outputs: &[usize], ops: usize) -> Program {
+        let mut e = Emitter::default();
+        let mut emitted: Vec<Value> = Vec::with_capacity(values.len());
+        let mut param_specs = vec![Spec::new(&[], DType::F32); params];
+        for (def, spec) in values {
+            let v = match def {
+                ValueDef::Param(i) => {
+                    param_specs[*i] = spec.clone();
+                    Value { name: format!("%arg{i}"), spec: spec.clone() }
+                }
+                ValueDef::Op { op, inputs } => {
+                    let args: Vec<Value> = inputs.iter().map(|&i| emitted[i].clone()).collect();
+                    op.emit(&mut e, &args, spec)
+                }
+            };
+            emitted.push(v);
+        }
+        let results: Vec<Value> = outputs.iter().map(|&o| emitted[o].clone()).collect();
+        let text = module(name, &param_specs, &results, &e.body);
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        text.hash(&mut h);
+        let outputs = results.into_iter().map(|v| v.spec).collect();
+        Program { name, text, params: param_specs, outputs, ops, hash: h.finish() }
+    }
+}
+
+/// A call of a compiled function's program.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub program: Arc<Program>,
+}
+
+impl OpDef for Call {
+    fn name(&self) -> &'static str {
+        self.program.name
+    }
+    fn attrs(&self) -> String {
+        format!("{} ops compiled into one", self.program.ops)
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        let p = &self.program;
+        if inputs.len() != p.params.len() || inputs.iter().zip(&p.params).any(|(a, b)| a != b) {
+            let got: Vec<String> = inputs.iter().map(|s| s.to_string()).collect();
+            let want: Vec<String> = p.params.iter().map(|s| s.to_string()).collect();
+            let msg = format!("compiled for ({}), called with ({})", want.join(", "), got.join(", "));
+            return Err(Error::shape(p.name, msg));
+        }
+        Ok(p.outputs[0].clone())
+    }
+    fn emit(&self, _e: &mut Emitter, _x: &[Value], _out: &Spec) -> Value {
+        unreachable!("a compiled function's module is emitted whole by Program::new")
+    }
+    fn backward<T: Operand>(&self, _x: &[&T], _out: &T, _g: &T) -> Result<Grads<T>> {
+        Err(Error::invalid(
+            self.program.name,
+            "cannot differentiate through a compiled function: call backward() inside it and return the gradients",
+        ))
+    }
+    fn more_outputs(&self) -> &[Spec] {
+        &self.program.outputs[1..]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Binary;
+
+    #[test]
+    fn a_program_emits_each_op_by_its_own_definition() {
+        let f = Spec::new(&[3], DType::F32);
+        let values = vec![
+            (ValueDef::Param(0), f.clone()),
+            (ValueDef::Param(1), f.clone()),
+            (ValueDef::Op { op: Op::Binary(Binary::Mul), inputs: smallvec::smallvec![0, 1] }, f.clone()),
+        ];
+        let p = Program::new("step", &values, 2, &[2, 0], 1);
+        assert!(p.text.starts_with("module @eager_step"), "{}", p.text);
+        assert!(p.text.contains("\"stablehlo.multiply\"(%arg0, %arg1)"), "{}", p.text);
+        assert!(p.text.contains("\"func.return\"(%1, %arg0)"), "{}", p.text);
+        let call = Call { program: Arc::new(p) };
+        assert_eq!(call.more_outputs(), &[f.clone()]);
+        assert!(call.infer(&[f.clone()]).unwrap_err().to_string().contains("compiled for"));
+    }
+}

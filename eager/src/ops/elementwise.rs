@@ -1,0 +1,332 @@
+//! Elementwise ops: unary (`exp`, `relu`, …), binary arithmetic (broadcasting), comparisons,
+//! `where` and dtype casts. The unary, binary and comparison ops are stamped from one table
+//! each: variant, name, the StableHLO op it lowers to, and the dtypes it takes.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Spec;
+
+use super::create::CreateOps;
+use super::emit::{Emitter, Value};
+use super::reduce::ReduceOps;
+use super::{broadcast, check_arity, none, one, same_dtype, Accepts, Grads, Op, OpDef, Operand};
+
+/// Defines an enum of elementwise ops from one table: variant, user-facing name, the
+/// StableHLO op (or comparison direction) it lowers to, and the dtypes it takes.
+macro_rules! elementwise {
+    ($(#[$doc:meta])* $enum:ident { $($variant:ident => $name:literal, $hlo:literal, $accepts:ident;)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $enum { $($variant),* }
+        impl $enum {
+            pub const ALL: &'static [$enum] = &[$($enum::$variant),*];
+            pub fn name(self) -> &'static str { match self { $($enum::$variant => $name),* } }
+            fn hlo(self) -> &'static str { match self { $($enum::$variant => $hlo),* } }
+            fn accepts(self) -> Accepts { match self { $($enum::$variant => Accepts::$accepts),* } }
+        }
+    };
+}
+
+elementwise!(
+    /// Ops of one tensor, elementwise.
+    Unary {
+    Neg => "neg", "stablehlo.negate", Numeric;
+    Abs => "abs", "stablehlo.abs", Numeric;
+    Exp => "exp", "stablehlo.exponential", Float;
+    Log => "log", "stablehlo.log", Float;
+    Sqrt => "sqrt", "stablehlo.sqrt", Float;
+    Rsqrt => "rsqrt", "stablehlo.rsqrt", Float;
+    Tanh => "tanh", "stablehlo.tanh", Float;
+    Sigmoid => "sigmoid", "stablehlo.logistic", Float;
+    Sin => "sin", "stablehlo.sine", Float;
+    Cos => "cos", "stablehlo.cosine", Float;
+    // relu is max(x, 0): see its emission.
+    Relu => "relu", "stablehlo.maximum", Numeric;
+});
+
+elementwise!(
+    /// Arithmetic of two tensors, broadcasting.
+    Binary {
+    Add => "add", "stablehlo.add", Numeric;
+    Sub => "sub", "stablehlo.subtract", Numeric;
+    Mul => "mul", "stablehlo.multiply", Numeric;
+    Div => "div", "stablehlo.divide", Numeric;
+    Pow => "pow", "stablehlo.power", Numeric;
+    Maximum => "maximum", "stablehlo.maximum", Numeric;
+    Minimum => "minimum", "stablehlo.minimum", Numeric;
+});
+
+elementwise!(
+    /// Comparisons of two tensors, broadcasting, giving bool.
+    Compare {
+    Eq => "eq", "EQ", Any;
+    Ne => "ne", "NE", Any;
+    Lt => "lt", "LT", Numeric;
+    Le => "le", "LE", Numeric;
+    Gt => "gt", "GT", Numeric;
+    Ge => "ge", "GE", Numeric;
+});
+
+impl OpDef for Unary {
+    fn name(&self) -> &'static str {
+        Unary::name(*self)
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        check_arity(self.name(), inputs, 1)?;
+        self.accepts().check(self.name(), inputs[0].dtype)?;
+        Ok(inputs[0].clone())
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        match self {
+            // max(x, 0)
+            Unary::Relu => {
+                let zero = e.constant(&x[0].spec, 0.0);
+                e.op(self.hlo(), &[&x[0], &zero], "", out)
+            }
+            // stablehlo.abs takes no unsigned ints; their abs is the value itself.
+            Unary::Abs if x[0].spec.dtype.is_int() && !x[0].spec.dtype.is_signed_int() => x[0].clone(),
+            _ => e.op(self.hlo(), &[&x[0]], "", out),
+        }
+    }
+    fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>> {
+        one(match self {
+            Unary::Neg => g.neg()?,
+            Unary::Abs => g.mul(&x[0].sign()?)?,
+            Unary::Exp => g.mul(out)?,
+            Unary::Log => g.div(x[0])?,
+            Unary::Sqrt => g.mul_scalar(0.5)?.div(out)?,
+            Unary::Rsqrt => g.mul(&out.mul(out)?.mul(out)?)?.mul_scalar(-0.5)?,
+            Unary::Tanh => g.mul(&out.mul(out)?.neg()?.add_scalar(1.0)?)?,
+            Unary::Sigmoid => g.mul(&out.mul(&out.neg()?.add_scalar(1.0)?)?)?,
+            Unary::Sin => g.mul(&x[0].cos()?)?,
+            Unary::Cos => g.mul(&x[0].sin()?.neg()?)?,
+            Unary::Relu => g.mul(&x[0].gt_scalar(0.0)?.to_dtype(g.dtype_of())?)?,
+        })
+    }
+}
+
+impl OpDef for Binary {
+    fn name(&self) -> &'static str {
+        Binary::name(*self)
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        let name = self.name();
+        check_arity(name, inputs, 2)?;
+        same_dtype(name, &inputs[0], &inputs[1])?;
+        self.accepts().check(name, inputs[0].dtype)?;
+        Ok(Spec { shape: broadcast(name, &inputs[0].shape, &inputs[1].shape)?, dtype: inputs[0].dtype })
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        let a = e.broadcast(&x[0], &out.shape);
+        let c = e.broadcast(&x[1], &out.shape);
+        e.op(self.hlo(), &[&a, &c], "", out)
+    }
+    fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>> {
+        let (a, c) = (x[0], x[1]);
+        let (ga, gc) = match self {
+            Binary::Add => (g.clone(), g.clone()),
+            Binary::Sub => (g.clone(), g.neg()?),
+            Binary::Mul => (g.mul(c)?, g.mul(a)?),
+            Binary::Div => (g.div(c)?, g.mul(out)?.div(c)?.neg()?),
+            Binary::Pow => {
+                // d/da a^c = c a^(c-1); d/dc a^c = a^c ln a (taken as 0 where a <= 0).
+                let da = g.mul(c)?.mul(&a.pow(&c.sub_scalar(1.0)?)?)?;
+                let positive = a.gt_scalar(0.0)?;
+                let ln = positive.where_cond(&a.log()?, &a.zeros_like()?)?;
+                (da, g.mul(out)?.mul(&ln)?)
+            }
+            Binary::Maximum | Binary::Minimum => {
+                // The larger (smaller) input takes the gradient; ties split it, as torch.
+                let wins = if *self == Binary::Maximum { a.gt(c)? } else { a.lt(c)? };
+                let dt = g.dtype_of();
+                let share = wins.to_dtype(dt)?.add(&a.eq(c)?.to_dtype(dt)?.mul_scalar(0.5)?)?;
+                (g.mul(&share)?, g.mul(&share.neg()?.add_scalar(1.0)?)?)
+            }
+        };
+        Ok(smallvec::smallvec![Some(ga.sum_to(a.shape_of())?), Some(gc.sum_to(c.shape_of())?)])
+    }
+}
+
+impl OpDef for Compare {
+    fn name(&self) -> &'static str {
+        Compare::name(*self)
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        let name = self.name();
+        check_arity(name, inputs, 2)?;
+        same_dtype(name, &inputs[0], &inputs[1])?;
+        self.accepts().check(name, inputs[0].dtype)?;
+        Ok(Spec { shape: broadcast(name, &inputs[0].shape, &inputs[1].shape)?, dtype: DType::Bool })
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        let a = e.broadcast(&x[0], &out.shape);
+        let b = e.broadcast(&x[1], &out.shape);
+        e.compare(self.hlo(), &a, &b)
+    }
+    fn backward<T: Operand>(&self, x: &[&T], _out: &T, _g: &T) -> Result<Grads<T>> {
+        none(x.len()) // booleans carry no gradient
+    }
+}
+
+/// `where(cond, a, b)`: `a` where `cond` is true, else `b`, broadcasting all three.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Where;
+
+impl OpDef for Where {
+    fn name(&self) -> &'static str {
+        "where"
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        let name = self.name();
+        check_arity(name, inputs, 3)?;
+        if inputs[0].dtype != DType::Bool {
+            return Err(Error::dtype(name, format!("condition must be bool, got {}", inputs[0].dtype)));
+        }
+        same_dtype(name, &inputs[1], &inputs[2])?;
+        let s = broadcast(name, &inputs[0].shape, &inputs[1].shape)?;
+        Ok(Spec { shape: broadcast(name, &s, &inputs[2].shape)?, dtype: inputs[1].dtype })
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        let p = e.broadcast(&x[0], &out.shape);
+        let a = e.broadcast(&x[1], &out.shape);
+        let b = e.broadcast(&x[2], &out.shape);
+        e.op("stablehlo.select", &[&p, &a, &b], "", out)
+    }
+    fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
+        let zero = g.zeros_like()?;
+        let ga = x[0].where_cond(g, &zero)?;
+        let gb = x[0].where_cond(&zero, g)?;
+        Ok(smallvec::smallvec![None, Some(ga.sum_to(x[1].shape_of())?), Some(gb.sum_to(x[2].shape_of())?)])
+    }
+}
+
+/// Conversion to another dtype (XLA's `convert`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cast {
+    pub to: DType,
+}
+
+impl OpDef for Cast {
+    fn name(&self) -> &'static str {
+        "cast"
+    }
+    fn attrs(&self) -> String {
+        format!("to={}", self.to)
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        check_arity(self.name(), inputs, 1)?;
+        Ok(Spec { shape: inputs[0].shape.clone(), dtype: self.to })
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        e.op("stablehlo.convert", &[&x[0]], "", out)
+    }
+    fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
+        if x[0].dtype_of().is_float() && g.dtype_of().is_float() {
+            return one(g.to_dtype(x[0].dtype_of())?);
+        }
+        none(1) // to or from ints and bool: no gradient
+    }
+}
+
+macro_rules! unary_builders {
+    ($($method:ident => $variant:ident),* $(,)?) => {
+        $(fn $method(&self) -> Result<Self> { Self::apply(Op::Unary(Unary::$variant), &[self], None) })*
+    };
+}
+
+macro_rules! binary_builders {
+    ($table:ident: $($method:ident, $scalar:ident => $variant:ident),* $(,)?) => {
+        $(
+            fn $method(&self, other: &Self) -> Result<Self> { Self::apply(Op::$table($table::$variant), &[self, other], None) }
+            fn $scalar(&self, other: f64) -> Result<Self> {
+                Self::apply(Op::$table($table::$variant), &[self, &self.scalar_like(other)?], None)
+            }
+        )*
+    };
+}
+
+/// The elementwise ops, built on any [`Operand`] (the `Tensor` methods of the same names).
+pub(crate) trait ElementwiseOps: Operand {
+    unary_builders!(neg => Neg, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, rsqrt => Rsqrt, tanh => Tanh,
+        sigmoid => Sigmoid, sin => Sin, cos => Cos, relu => Relu);
+    binary_builders!(Binary: add, add_scalar => Add, sub, sub_scalar => Sub, mul, mul_scalar => Mul, div, div_scalar => Div,
+        pow, pow_scalar => Pow, maximum, maximum_scalar => Maximum, minimum, minimum_scalar => Minimum);
+    binary_builders!(Compare: eq, eq_scalar => Eq, ne, ne_scalar => Ne, lt, lt_scalar => Lt, le, le_scalar => Le,
+        gt, gt_scalar => Gt, ge, ge_scalar => Ge);
+
+    /// `where(self, a, b)`.
+    fn where_cond(&self, a: &Self, b: &Self) -> Result<Self> {
+        Self::apply(Op::Where(Where), &[self, a, b], None)
+    }
+
+    fn to_dtype(&self, dtype: DType) -> Result<Self> {
+        if dtype == self.dtype_of() {
+            return Ok(self.clone());
+        }
+        Self::apply(Op::Cast(Cast { to: dtype }), &[self], None)
+    }
+
+    /// -1, 0 or 1 by the sign of each element (0 at 0), in this dtype.
+    fn sign(&self) -> Result<Self> {
+        let dt = self.dtype_of();
+        self.gt_scalar(0.0)?.to_dtype(dt)?.sub(&self.lt_scalar(0.0)?.to_dtype(dt)?)
+    }
+}
+
+impl<T: Operand> ElementwiseOps for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{f32s, module};
+    use super::*;
+
+    #[test]
+    fn a_unary_op_lowers_to_its_table_entry() {
+        let m = module(Unary::Exp, &[f32s(&[2, 3])]);
+        assert!(m.contains("\"stablehlo.exponential\"(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>"), "{m}");
+    }
+
+    #[test]
+    fn relu_is_the_maximum_with_zero() {
+        let m = module(Unary::Relu, &[f32s(&[4])]);
+        assert!(m.contains("stablehlo.constant") && m.contains("\"stablehlo.maximum\"(%arg0, %1)"), "{m}");
+    }
+
+    #[test]
+    fn abs_of_unsigned_ints_is_the_value() {
+        let m = module(Unary::Abs, &[Spec::new(&[3], DType::U8)]);
+        assert!(!m.contains("stablehlo.abs") && m.contains("\"func.return\"(%arg0)"), "{m}");
+    }
+
+    #[test]
+    fn binary_ops_broadcast_both_sides_to_the_result() {
+        let m = module(Binary::Add, &[f32s(&[2, 1]), f32s(&[3])]);
+        assert_eq!(m.matches("stablehlo.broadcast_in_dim").count(), 2, "{m}");
+        assert!(m.contains("-> tensor<2x3xf32>"), "{m}");
+    }
+
+    #[test]
+    fn comparisons_name_their_kind() {
+        let m = module(Compare::Lt, &[Spec::new(&[2], DType::U32), Spec::new(&[2], DType::U32)]);
+        assert!(m.contains("comparison_direction LT") && m.contains("comparison_type UNSIGNED"), "{m}");
+        assert!(m.contains("tensor<2xi1>"), "{m}");
+    }
+
+    #[test]
+    fn where_selects_after_broadcasting() {
+        let m = module(Where, &[Spec::new(&[2, 2], DType::Bool), f32s(&[]), f32s(&[2, 2])]);
+        assert!(m.contains("\"stablehlo.select\""), "{m}");
+    }
+
+    #[test]
+    fn a_cast_converts() {
+        let m = module(Cast { to: DType::I32 }, &[f32s(&[2])]);
+        assert!(m.contains("\"stablehlo.convert\"(%arg0) : (tensor<2xf32>) -> tensor<2xi32>"), "{m}");
+    }
+
+    #[test]
+    fn dtype_rules_name_the_op() {
+        let e = Unary::Exp.infer(&[Spec::new(&[2], DType::I32)]).unwrap_err().to_string();
+        assert!(e.starts_with("exp: dtype error"), "{e}");
+    }
+}

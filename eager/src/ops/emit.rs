@@ -1,0 +1,195 @@
+//! The StableHLO emitter every op writes through, in MLIR's generic op form (which every
+//! StableHLO version parses), and the one module template of a one-op program.
+
+use std::fmt::Write as _;
+
+use crate::dtype::DType;
+use crate::shape::Spec;
+
+use super::Op;
+
+/// An SSA value of the module being emitted.
+#[derive(Debug, Clone)]
+pub(crate) struct Value {
+    pub(crate) name: String,
+    pub(crate) spec: Spec,
+}
+
+/// Writes the body of a module, one op per line.
+#[derive(Default)]
+pub(crate) struct Emitter {
+    pub(crate) body: String,
+    next: usize,
+    /// Check results returned after the op's result (one-op modules only).
+    pub(crate) extra: Vec<Value>,
+}
+
+impl Emitter {
+    /// A fresh SSA name.
+    pub(crate) fn fresh(&mut self) -> String {
+        self.next += 1;
+        format!("%{}", self.next)
+    }
+
+    /// `%n = "op"(inputs) {attrs} : (input types) -> out`.
+    pub(crate) fn op(&mut self, op: &str, inputs: &[&Value], attrs: &str, out: &Spec) -> Value {
+        let name = self.fresh();
+        let names: Vec<&str> = inputs.iter().map(|v| v.name.as_str()).collect();
+        let types: Vec<String> = inputs.iter().map(|v| v.spec.mlir()).collect();
+        let attrs = if attrs.is_empty() { String::new() } else { format!(" {{{attrs}}}") };
+        let _ = writeln!(self.body, "    {name} = \"{op}\"({}){attrs} : ({}) -> {}", names.join(", "), types.join(", "), out.mlir());
+        Value { name, spec: out.clone() }
+    }
+
+    /// A splat constant of `spec`'s shape and dtype.
+    pub(crate) fn constant(&mut self, spec: &Spec, v: f64) -> Value {
+        let attr = format!("value = dense<{}> : {}", literal(spec.dtype, v), spec.mlir());
+        self.op("stablehlo.constant", &[], &attr, spec)
+    }
+
+    /// NumPy broadcast of `v` to `shape` (a no-op when the shape already matches).
+    pub(crate) fn broadcast(&mut self, v: &Value, shape: &[usize]) -> Value {
+        if v.spec.shape.as_slice() == shape {
+            return v.clone();
+        }
+        let offset = shape.len() - v.spec.rank();
+        let attr = format!("broadcast_dimensions = {}", i64_array(&(offset..shape.len()).collect::<Vec<_>>()));
+        self.op("stablehlo.broadcast_in_dim", &[v], &attr, &Spec { shape: shape.into(), dtype: v.spec.dtype })
+    }
+
+    /// `a <direction> b` elementwise (`EQ`, `LT`, …), compared as the dtype's kind.
+    pub(crate) fn compare(&mut self, direction: &str, a: &Value, b: &Value) -> Value {
+        let d = a.spec.dtype;
+        let kind = if d.is_float() {
+            "FLOAT"
+        } else if d.is_signed_int() {
+            "SIGNED"
+        } else {
+            "UNSIGNED"
+        };
+        let attr = format!(
+            "comparison_direction = #stablehlo<comparison_direction {direction}>, compare_type = #stablehlo<comparison_type {kind}>"
+        );
+        self.op("stablehlo.compare", &[a, b], &attr, &Spec { shape: a.spec.shape.clone(), dtype: DType::Bool })
+    }
+
+    /// `reduce` of `x` over `dims` with the binary `combine` op and its identity `init`.
+    pub(crate) fn reduce(&mut self, x: &Value, dims: &[usize], combine: &str, init: f64) -> Value {
+        let scalar = Spec::new(&[], x.spec.dtype);
+        let init = self.constant(&scalar, init);
+        let out = Spec { shape: super::reduce::reduced_shape(&x.spec.shape, dims, false), dtype: x.spec.dtype };
+        let name = self.fresh();
+        let (a, b, r) = (self.fresh(), self.fresh(), self.fresh());
+        let t = scalar.mlir();
+        let _ = write!(
+            self.body,
+            concat!(
+                "    {name} = \"stablehlo.reduce\"({x}, {init}) ({{\n",
+                "    ^bb0({a}: {t}, {b}: {t}):\n",
+                "      {r} = \"{combine}\"({a}, {b}) : ({t}, {t}) -> {t}\n",
+                "      \"stablehlo.return\"({r}) : ({t}) -> ()\n",
+                "    }}) {{dimensions = {dims}}} : ({xt}, {t}) -> {ot}\n"
+            ),
+            name = name,
+            x = x.name,
+            init = init.name,
+            a = a,
+            b = b,
+            r = r,
+            t = t,
+            combine = combine,
+            dims = i64_array(dims),
+            xt = x.spec.mlir(),
+            ot = out.mlir(),
+        );
+        Value { name, spec: out }
+    }
+}
+
+/// The module of one op: `main` takes `inputs` and returns the op's result, then any check
+/// results it emitted (see [`super::IndexCheck`]).
+pub(crate) fn one_op_module(op: &Op, inputs: &[Spec], output: &Spec) -> String {
+    let mut e = Emitter::default();
+    let args: Vec<Value> =
+        inputs.iter().enumerate().map(|(i, s)| Value { name: format!("%arg{i}"), spec: s.clone() }).collect();
+    let result = op.emit(&mut e, &args, output);
+    debug_assert_eq!(&result.spec, output, "{}: emission and shape rule disagree", op.name());
+    let results: Vec<Value> = std::iter::once(result).chain(std::mem::take(&mut e.extra)).collect();
+    module(op.name(), inputs, &results, &e.body)
+}
+
+/// The module template every program uses: `@main(params) -> results { body; return }`.
+pub(crate) fn module(name: &str, params: &[Spec], results: &[Value], body: &str) -> String {
+    let params: Vec<String> = params.iter().enumerate().map(|(i, s)| format!("%arg{i}: {}", s.mlir())).collect();
+    let names: Vec<&str> = results.iter().map(|v| v.name.as_str()).collect();
+    let types: Vec<String> = results.iter().map(|v| v.spec.mlir()).collect();
+    let out = if types.len() == 1 { types[0].clone() } else { format!("({})", types.join(", ")) };
+    format!(
+        concat!(
+            "module @eager_{name} {{\n  func.func public @main({params}) -> {out} {{\n",
+            "{body}    \"func.return\"({r}) : ({types}) -> ()\n  }}\n}}\n"
+        ),
+        name = name,
+        params = params.join(", "),
+        out = out,
+        body = body,
+        r = names.join(", "),
+        types = types.join(", "),
+    )
+}
+
+pub(crate) fn list(items: impl IntoIterator<Item = usize>) -> String {
+    items.into_iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// `array<i64: 1, 2>` (`array<i64>` when empty).
+pub(crate) fn i64_array(items: &[usize]) -> String {
+    if items.is_empty() {
+        "array<i64>".into()
+    } else {
+        format!("array<i64: {}>", list(items.iter().copied()))
+    }
+}
+
+/// A literal of `dtype` for a `dense<…>` attribute: floats as exact bit patterns.
+pub(crate) fn literal(dtype: DType, v: f64) -> String {
+    match dtype {
+        DType::F64 => format!("0x{:016X}", v.to_bits()),
+        DType::F32 => format!("0x{:08X}", (v as f32).to_bits()),
+        DType::F16 => format!("0x{:04X}", half::f16::from_f64(v).to_bits()),
+        DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(v).to_bits()),
+        DType::Bool => (if v != 0.0 { "true" } else { "false" }).into(),
+        DType::I64 if v <= i64::MIN as f64 => i64::MIN.to_string(),
+        DType::I64 if v >= i64::MAX as f64 => i64::MAX.to_string(),
+        DType::U64 if v >= u64::MAX as f64 => u64::MAX.to_string(),
+        _ => format!("{}", v as i128),
+    }
+}
+
+/// The accumulation dtype of sums and products of `d`: f32 for f16 and bf16, else `d`.
+pub(crate) fn accumulator(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_exact_bit_patterns() {
+        assert_eq!(literal(DType::F32, 1.0), "0x3F800000");
+        assert_eq!(literal(DType::F16, 1.0), "0x3C00");
+        assert_eq!(literal(DType::Bool, 2.0), "true");
+        assert_eq!(literal(DType::I64, -1e300), i64::MIN.to_string());
+    }
+
+    #[test]
+    fn the_module_template_returns_every_result() {
+        let r = Value { name: "%1".into(), spec: Spec::new(&[2], DType::F32) };
+        let m = module("x", &[Spec::new(&[2], DType::F32)], &[r.clone(), r], "");
+        assert!(m.contains("@main(%arg0: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>)"), "{m}");
+    }
+}

@@ -1,0 +1,239 @@
+//! Indexing: rows picked by an integer index tensor (negative indices count from the end),
+//! and the check of indices computed on the device, read lazily by the runtime.
+
+use std::fmt::Write as _;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::Spec;
+
+use super::create::CreateOps;
+use super::elementwise::ElementwiseOps;
+use super::emit::{i64_array, list, Emitter, Value};
+use super::matmul::MatmulOps;
+use super::movement::MovementOps;
+use super::{check_arity, Dims, Grads, Op, OpDef, Operand};
+
+/// Rows of input 0 along `dim` picked by the 1-D integer input 1; negative indices count from
+/// the end. With `check`, the module also returns a check of the indices ([`IndexCheck`]: for
+/// indices computed on the device; those from the host are checked before dispatch).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IndexSelect {
+    pub dim: usize,
+    pub check: bool,
+}
+
+/// What the check result of an op on indices computed on the device is about (`i64[2]`: the
+/// position of the first index out of range, or -1, and that index). The runtime reads it
+/// lazily, when a result that depends on the op is read, and reports a bad index as the op's
+/// failure.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexCheck {
+    pub dim: usize,
+    pub size: usize,
+}
+
+impl IndexCheck {
+    /// The failure for a bad `index` (the same words as the check of host indices).
+    pub(crate) fn message(&self, index: i64) -> String {
+        format!("index {index} is out of range for dim {} of size {}", self.dim, self.size)
+    }
+}
+
+impl OpDef for IndexSelect {
+    fn name(&self) -> &'static str {
+        "index_select"
+    }
+    fn attrs(&self) -> String {
+        format!("dim={}{}", self.dim, if self.check { " checked" } else { "" })
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        let (name, dim) = (self.name(), self.dim);
+        check_arity(name, inputs, 2)?;
+        let (x, idx) = (&inputs[0], &inputs[1]);
+        if dim >= x.rank() {
+            return Err(Error::invalid(name, format!("dim {dim} out of range for rank {}", x.rank())));
+        }
+        if !matches!(idx.dtype, DType::I32 | DType::I64) || idx.rank() != 1 {
+            return Err(Error::dtype(name, format!("indices must be a 1-D i32 or i64 tensor, got {idx}")));
+        }
+        if x.shape[dim] == 0 && idx.shape[0] > 0 {
+            return Err(Error::shape(name, "cannot select from an empty dim"));
+        }
+        let mut shape = x.shape.clone();
+        shape[dim] = idx.shape[0];
+        Ok(Spec { shape, dtype: x.dtype })
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        let dim = self.dim;
+        let (src, idx) = (&x[0], &x[1]);
+        let n = idx.spec.shape[0];
+        // Negative indices count from the end: idx < 0 ? idx + size : idx.
+        let zero = e.constant(&idx.spec, 0.0);
+        let size = e.constant(&idx.spec, src.spec.shape[dim] as f64);
+        let negative = e.compare("LT", idx, &zero);
+        let shifted = e.op("stablehlo.add", &[idx, &size], "", &idx.spec);
+        let wrapped = e.op("stablehlo.select", &[&negative, &shifted, idx], "", &idx.spec);
+        if self.check {
+            let flag = emit_index_check(e, &wrapped, idx, &size);
+            e.extra.push(flag);
+        }
+        let idx2 = e.op("stablehlo.reshape", &[&wrapped], "", &Spec::new(&[n, 1], idx.spec.dtype));
+        let offset: Vec<usize> = (0..src.spec.rank()).filter(|&d| d != dim).collect();
+        let mut sizes: Dims = src.spec.shape.clone().into_iter().collect();
+        sizes[dim] = 1;
+        let attr = format!(
+            "dimension_numbers = #stablehlo.gather<offset_dims = [{}], collapsed_slice_dims = [{dim}], start_index_map = [{dim}], index_vector_dim = 1>, slice_sizes = {}, indices_are_sorted = false",
+            list(offset),
+            i64_array(&sizes)
+        );
+        e.op("stablehlo.gather", &[src, &idx2], &attr, out)
+    }
+    fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
+        // Scatter-add, composed: move `dim` first, multiply by the one-hot of the indices
+        // (transposed), move it back.
+        let dim = self.dim;
+        let (src, idx) = (x[0], x[1]);
+        let n = src.shape_of()[dim];
+        let rank = src.rank_of();
+        // The forward wrapped negative indices; so does the one-hot.
+        let wrapped;
+        let idx = match idx.host_bounds() {
+            Some((lo, _)) if lo >= 0 => idx,
+            _ => {
+                wrapped = idx.lt_scalar(0.0)?.where_cond(&idx.add_scalar(n as f64)?, idx)?;
+                &wrapped
+            }
+        };
+        let mut perm: Vec<isize> = vec![dim as isize];
+        perm.extend((0..rank as isize).filter(|&d| d != dim as isize));
+        let gp = g.permute(&perm)?;
+        let k = gp.shape_of()[0];
+        let rest: Vec<usize> = gp.shape_of()[1..].to_vec();
+        let g2 = gp.reshape(&[k as isize, -1])?;
+        let positions = T::arange_on(0.0, n as f64, 1.0, idx.dtype_of(), idx.device())?;
+        let onehot = idx.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(g.dtype_of())?;
+        let scattered = onehot.t()?.matmul(&g2)?;
+        let mut full: Vec<isize> = vec![n as isize];
+        full.extend(rest.iter().map(|&r| r as isize));
+        let mut inverse = vec![0isize; rank];
+        for (i, &d) in perm.iter().enumerate() {
+            inverse[d as usize] = i as isize;
+        }
+        Ok(smallvec::smallvec![Some(scattered.reshape(&full)?.permute(&inverse)?), None])
+    }
+    fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
+        self.check.then(|| IndexCheck { dim: self.dim, size: inputs[0].shape[self.dim] })
+    }
+}
+
+/// The [`IndexCheck`] result, `i64[2]`: the position of the first of the `wrapped` indices
+/// outside `[0, size)`, or -1, and that index as given (`raw`).
+fn emit_index_check(e: &mut Emitter, wrapped: &Value, raw: &Value, size: &Value) -> Value {
+    let k = raw.spec.shape[0];
+    let zero = e.constant(&wrapped.spec, 0.0);
+    let below = e.compare("LT", wrapped, &zero);
+    let above = e.compare("GE", wrapped, size);
+    let bad = e.op("stablehlo.or", &[&below, &above], "", &below.spec);
+    let ks = Spec::new(&[k], DType::I64);
+    let iota = e.op("stablehlo.iota", &[], "iota_dimension = 0 : i64", &ks);
+    let none = e.constant(&ks, k as f64);
+    let keys = e.op("stablehlo.select", &[&bad, &iota, &none], "", &ks);
+    let values = match raw.spec.dtype {
+        DType::I64 => raw.clone(),
+        _ => e.op("stablehlo.convert", &[raw], "", &ks),
+    };
+    // The smallest key (position) and its index, as one reduce of the pairs.
+    let s = Spec::new(&[], DType::I64);
+    let (init_k, init_v) = (e.constant(&s, k as f64), e.constant(&s, 0.0));
+    let name = e.fresh();
+    let (ak, av, bk, bv) = (e.fresh(), e.fresh(), e.fresh(), e.fresh());
+    let t = s.mlir();
+    let _ = writeln!(
+        e.body,
+        concat!(
+            "    {name}:2 = \"stablehlo.reduce\"({}, {}, {}, {}) ({{\n",
+            "    ^bb0({ak}: {t}, {av}: {t}, {bk}: {t}, {bv}: {t}):"
+        ),
+        keys.name,
+        values.name,
+        init_k.name,
+        init_v.name,
+        name = name,
+        ak = ak,
+        av = av,
+        bk = bk,
+        bv = bv,
+        t = t,
+    );
+    let v = |n: &str| Value { name: n.to_string(), spec: s.clone() };
+    let first = e.compare("LE", &v(&ak), &v(&bk));
+    let rk = e.op("stablehlo.select", &[&first, &v(&ak), &v(&bk)], "", &s);
+    let rv = e.op("stablehlo.select", &[&first, &v(&av), &v(&bv)], "", &s);
+    let _ = write!(
+        e.body,
+        concat!(
+            "      \"stablehlo.return\"({}, {}) : ({t}, {t}) -> ()\n",
+            "    }}) {{dimensions = array<i64: 0>}} : ({kt}, {kt}, {t}, {t}) -> ({t}, {t})\n"
+        ),
+        rk.name,
+        rv.name,
+        kt = ks.mlir(),
+        t = t,
+    );
+    let (pos, index) = (v(&format!("{name}#0")), v(&format!("{name}#1")));
+    let found = e.compare("LT", &pos, &init_k);
+    let minus_one = e.constant(&s, -1.0);
+    let pos = e.op("stablehlo.select", &[&found, &pos, &minus_one], "", &s);
+    let one = Spec::new(&[1], DType::I64);
+    let pos = e.op("stablehlo.reshape", &[&pos], "", &one);
+    let index = e.op("stablehlo.reshape", &[&index], "", &one);
+    e.op("stablehlo.concatenate", &[&pos, &index], "dimension = 0 : i64", &Spec::new(&[2], DType::I64))
+}
+
+/// The indexing ops, built on any [`Operand`] (the `Tensor` methods of the same names).
+pub(crate) trait IndexOps: Operand {
+    /// Indices from the host (with known bounds) are checked here, at once; others on the
+    /// device, reported by the next read of a result that depends on this one.
+    fn index_select(&self, dim: isize, indices: &Self) -> Result<Self> {
+        let d = self.dim("index_select", dim)?;
+        let size = self.shape_of()[d];
+        let check = match indices.host_bounds() {
+            Some((lo, hi)) => {
+                let bad = if hi >= size as i64 { hi } else { lo };
+                if lo <= hi && (lo < -(size as i64) || hi >= size as i64) {
+                    let c = IndexCheck { dim: d, size };
+                    return Err(Error::invalid("index_select", c.message(bad)));
+                }
+                false
+            }
+            // Traced indices have no values until the compiled function runs: not checked.
+            None => !indices.is_traced() && !self.is_traced(),
+        };
+        Self::apply(Op::IndexSelect(IndexSelect { dim: d, check }), &[self, indices], None)
+    }
+}
+
+impl<T: Operand> IndexOps for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{f32s, module};
+    use super::*;
+
+    #[test]
+    fn index_select_wraps_negative_indices_then_gathers() {
+        let m = module(IndexSelect { dim: 0, check: false }, &[f32s(&[5, 3]), Spec::new(&[2], DType::I64)]);
+        assert!(m.contains("comparison_direction LT") && m.contains("\"stablehlo.select\""), "{m}");
+        assert!(m.contains("collapsed_slice_dims = [0]") && m.contains("slice_sizes = array<i64: 1, 3>"), "{m}");
+        assert!(m.contains("-> tensor<2x3xf32>"), "{m}");
+    }
+
+    #[test]
+    fn a_checked_select_also_returns_its_check() {
+        let m = module(IndexSelect { dim: 1, check: true }, &[f32s(&[5, 3]), Spec::new(&[2], DType::I32)]);
+        assert!(m.contains("-> (tensor<5x2xf32>, tensor<2xi64>)"), "{m}");
+        let c = Op::IndexSelect(IndexSelect { dim: 1, check: true }).index_check(&[f32s(&[5, 3])]).unwrap();
+        assert_eq!(c.message(7), "index 7 is out of range for dim 1 of size 3");
+    }
+}

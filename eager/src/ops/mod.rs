@@ -1,0 +1,290 @@
+//! Every op, defined once, one family per file. Each file holds its ops' whole story: the
+//! attributes, the shape/dtype rule, the StableHLO emission, the gradient rule, the methods
+//! that build it (written against [`Operand`], which `Tensor` implements) and tests of the
+//! emitted text. This file keeps the [`Op`] enum (one line per op, see `ops!` below) and the
+//! one-line dispatch of each aspect; `emit` holds the emitter and the module template.
+//!
+//! The cache keys on [`Op`] values, the profiler prints [`Op::name`], autograd only calls
+//! [`Op::backward`] and compiled functions emit each traced op with its own emission: nothing
+//! else special-cases an op. Nothing here imports a layer above (runtime, tensor, autograd):
+//! the ops are applied through [`Operand`].
+
+pub(crate) mod emit;
+
+pub mod call;
+pub(crate) mod composite;
+pub mod create;
+pub mod elementwise;
+pub mod index;
+pub mod matmul;
+pub mod movement;
+pub mod random;
+pub mod reduce;
+
+use smallvec::SmallVec;
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::{broadcast_shapes, resolve_dim, Shape, Spec};
+
+pub use call::{Call, Program};
+pub(crate) use call::ValueDef;
+pub use create::{Arange, Eye, Fill};
+pub use elementwise::{Binary, Cast, Compare, Unary, Where};
+pub(crate) use emit::Emitter;
+use emit::Value;
+pub use index::IndexSelect;
+pub(crate) use index::IndexCheck;
+pub use matmul::Matmul;
+pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
+pub use random::{Dist, Random};
+pub use reduce::{Reduce, ReduceKind};
+
+/// Dims of an attribute (inline up to 4).
+pub type Dims = SmallVec<[usize; 4]>;
+
+/// Gradients with respect to an op's inputs (`None`: no gradient flows to that input).
+pub(crate) type Grads<T> = SmallVec<[Option<T>; 3]>;
+
+/// What every op defines. Implemented once per op, in its family's file.
+pub(crate) trait OpDef {
+    /// The op's name, as methods, the profiler and errors print it.
+    fn name(&self) -> &'static str;
+    /// The attributes, as the profiler prints them (`dims=[1] keepdim`); empty if none.
+    fn attrs(&self) -> String {
+        String::new()
+    }
+    /// The shape/dtype rule: checks the inputs and gives the output spec. Runs before anything
+    /// reaches XLA, so bad input is an [`Error`], never an abort.
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec>;
+    /// Emits the op on `x` giving `out` (as `infer` said) into `e`.
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value;
+    /// The gradient rule: given the inputs, the output and the gradient `g` of a scalar with
+    /// respect to the output, the gradient with respect to each input. Written with ops, so
+    /// gradients run through the same single-op cache.
+    fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>>;
+    /// The check the op's module returns after its result, if any (see [`IndexCheck`]).
+    fn index_check(&self, _inputs: &[Spec]) -> Option<IndexCheck> {
+        None
+    }
+    /// Specs of the outputs after the first (only a compiled function's call has more).
+    fn more_outputs(&self) -> &[Spec] {
+        &[]
+    }
+}
+
+/// Defines [`Op`] from one table, variant and the op type (which implements [`OpDef`]), and
+/// each aspect's dispatch as one match over it.
+macro_rules! ops {
+    ($($(#[$doc:meta])* $variant:ident($ty:ty),)*) => {
+        /// An op with its attributes. Together with the input specs and the device it is the
+        /// cache key; attributes are only what changes the compiled program (values of scalars
+        /// are inputs).
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum Op {
+            $($(#[$doc])* $variant($ty),)*
+        }
+
+        $(impl From<$ty> for Op {
+            fn from(o: $ty) -> Op {
+                Op::$variant(o)
+            }
+        })*
+
+        impl Op {
+            /// The op's name, as the profiler and errors print it.
+            pub fn name(&self) -> &'static str {
+                match self { $(Op::$variant(o) => o.name(),)* }
+            }
+            /// The attributes, as the profiler prints them (`dims=[1] keepdim`); empty if none.
+            pub fn attrs(&self) -> String {
+                match self { $(Op::$variant(o) => o.attrs(),)* }
+            }
+            /// The shape/dtype rule (see [`OpDef::infer`]).
+            pub fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+                match self { $(Op::$variant(o) => o.infer(inputs),)* }
+            }
+            pub(crate) fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+                match self { $(Op::$variant(o) => o.emit(e, x, out),)* }
+            }
+            pub(crate) fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>> {
+                match self { $(Op::$variant(o) => o.backward(x, out, g),)* }
+            }
+            /// The check the op's module returns after its result, for `inputs`.
+            pub(crate) fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
+                match self { $(Op::$variant(o) => o.index_check(inputs),)* }
+            }
+            /// Specs of the outputs after the first ([`Op::infer`] gives the first): only a
+            /// compiled function's call has more than one.
+            pub fn more_outputs(&self) -> &[Spec] {
+                match self { $(Op::$variant(o) => o.more_outputs(),)* }
+            }
+        }
+    };
+}
+
+ops! {
+    Unary(Unary),
+    Binary(Binary),
+    Compare(Compare),
+    /// `where(cond, a, b)`, broadcasting all three.
+    Where(Where),
+    Cast(Cast),
+    /// Batched matrix product, `[..., m, k] x [..., k, n]` with broadcast batch dims.
+    Matmul(Matmul),
+    Reduce(Reduce),
+    Reshape(Reshape),
+    Permute(Permute),
+    BroadcastTo(BroadcastTo),
+    Slice(Slice),
+    Pad(Pad),
+    Concat(Concat),
+    IndexSelect(IndexSelect),
+    Fill(Fill),
+    Arange(Arange),
+    Eye(Eye),
+    Random(Random),
+    /// A call of a compiled function: one program of many ops (see [`crate::compile`]).
+    Call(Call),
+}
+
+impl Op {
+    /// Emits the one-op StableHLO module for `inputs` giving `output` (as [`Op::infer`] said).
+    pub fn emit_module(&self, inputs: &[Spec], output: &Spec) -> String {
+        if let Op::Call(c) = self {
+            return c.program.text.clone();
+        }
+        emit::one_op_module(self, inputs, output)
+    }
+}
+
+/// What op rules and builders are written against: a value with a spec that ops apply to.
+/// `Tensor` implements it (dispatching at once, or recording into a trace), so `ops` never
+/// sees the runtime or autograd.
+pub(crate) trait Operand: Clone + Sized {
+    fn spec(&self) -> &Spec;
+    fn device(&self) -> Device;
+    /// Runs `op` on `inputs` (on `device` when there are none).
+    fn apply(op: Op, inputs: &[&Self], device: Option<Device>) -> Result<Self>;
+    /// A scalar of `dtype` on `device` (an input, not an attribute: `x * 2.0` and `x * 3.0`
+    /// share one executable).
+    fn scalar_on(value: f64, dtype: DType, device: Device) -> Result<Self>;
+    /// A fresh `u64[2]` random state on `device`.
+    fn rng_state(device: Device) -> Result<Self>;
+    /// Smallest and largest value of integer data known on the host (index ops check these
+    /// before dispatch instead of on the device).
+    fn host_bounds(&self) -> Option<(i64, i64)>;
+    /// This operand with host bounds `bounds` (a fresh result of a value-preserving op).
+    fn with_host_bounds(self, bounds: Option<(i64, i64)>) -> Self;
+    /// Whether it stands for a value of a function being traced (no values yet).
+    fn is_traced(&self) -> bool;
+
+    fn shape_of(&self) -> &[usize] {
+        &self.spec().shape
+    }
+    fn dtype_of(&self) -> DType {
+        self.spec().dtype
+    }
+    fn rank_of(&self) -> usize {
+        self.spec().rank()
+    }
+    /// A scalar of this operand's dtype and device.
+    fn scalar_like(&self, v: f64) -> Result<Self> {
+        Self::scalar_on(v, self.dtype_of(), self.device())
+    }
+    /// Dim `dim` (negative counts from the end), or an error naming `op`.
+    fn dim(&self, op: &'static str, dim: isize) -> Result<usize> {
+        resolve_dim(dim, self.rank_of())
+            .ok_or_else(|| Error::invalid(op, format!("dim {dim} is out of range for a rank-{} tensor", self.rank_of())))
+    }
+    /// Dims `dims` resolved and sorted; an error if one repeats.
+    fn dims(&self, op: &'static str, dims: &[isize]) -> Result<Dims> {
+        let mut out: Dims = dims.iter().map(|&d| self.dim(op, d)).collect::<Result<_>>()?;
+        out.sort_unstable();
+        if out.windows(2).any(|w| w[0] == w[1]) {
+            return Err(Error::invalid(op, format!("dims {dims:?} repeat a dim")));
+        }
+        Ok(out)
+    }
+}
+
+/// Which dtypes an op takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Accepts {
+    /// Floats only (transcendental functions).
+    Float,
+    /// Ints and floats, not bool.
+    Numeric,
+    /// Anything, bool included.
+    Any,
+}
+
+impl Accepts {
+    pub(crate) fn check(self, op: &'static str, dtype: DType) -> Result<()> {
+        let ok = match self {
+            Accepts::Float => dtype.is_float(),
+            Accepts::Numeric => dtype != DType::Bool,
+            Accepts::Any => true,
+        };
+        if ok {
+            return Ok(());
+        }
+        let wanted = match self {
+            Accepts::Float => "a floating-point tensor (f16, bf16, f32, f64)",
+            _ => "a numeric tensor (not bool)",
+        };
+        Err(Error::dtype(op, format!("expected {wanted}, got {dtype}; convert with .to_dtype(..) first")))
+    }
+}
+
+pub(crate) fn check_arity(op: &'static str, inputs: &[Spec], n: usize) -> Result<()> {
+    if inputs.len() != n {
+        return Err(Error::invalid(op, format!("expected {n} inputs, got {}", inputs.len())));
+    }
+    Ok(())
+}
+
+pub(crate) fn same_dtype(op: &'static str, a: &Spec, b: &Spec) -> Result<()> {
+    if a.dtype != b.dtype {
+        return Err(Error::dtype(op, format!("dtypes differ: {} vs {}; convert one with .to_dtype(..)", a.dtype, b.dtype)));
+    }
+    Ok(())
+}
+
+/// The NumPy broadcast of two shapes, or a shape error naming `op`.
+pub(crate) fn broadcast(op: &'static str, a: &[usize], b: &[usize]) -> Result<Shape> {
+    broadcast_shapes(a, b).ok_or_else(|| Error::shape(op, format!("shapes {a:?} and {b:?} cannot be broadcast together")))
+}
+
+/// One gradient, for single-input ops.
+pub(crate) fn one<T>(t: T) -> Result<Grads<T>> {
+    Ok(smallvec::smallvec![Some(t)])
+}
+
+/// No gradient to any of `n` inputs.
+pub(crate) fn none<T>(n: usize) -> Result<Grads<T>> {
+    Ok((0..n).map(|_| None).collect())
+}
+
+/// `shape` as signed dims (what reshapes take).
+pub(crate) fn signed(shape: &[usize]) -> Vec<isize> {
+    shape.iter().map(|&d| d as isize).collect()
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Helpers of the emission tests beside each op.
+    use super::*;
+
+    pub(crate) fn f32s(shape: &[usize]) -> Spec {
+        Spec::new(shape, DType::F32)
+    }
+
+    /// The one-op module of `op` on `inputs`, after its shape rule.
+    pub(crate) fn module(op: impl Into<Op>, inputs: &[Spec]) -> String {
+        let op = op.into();
+        let out = op.infer(inputs).expect("a valid op");
+        op.emit_module(inputs, &out)
+    }
+}

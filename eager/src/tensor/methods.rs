@@ -1,0 +1,180 @@
+//! The op methods of [`Tensor`]: each forwards to its family's builder in `ops/` (where the
+//! op's rule, emission and gradient are), so a method is a signature and its documentation.
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::composite::CompositeOps;
+use crate::ops::elementwise::ElementwiseOps;
+use crate::ops::index::IndexOps;
+use crate::ops::matmul::MatmulOps;
+use crate::ops::movement::MovementOps;
+use crate::ops::reduce::{ReduceKind, ReduceOps};
+
+use super::Tensor;
+
+/// Forwards methods to a builder trait: `name(args) => Trait` (the docs are the method's).
+macro_rules! forward {
+    ($($(#[$doc:meta])* $method:ident($($arg:ident: $ty:ty),*) => $trait:ident;)*) => {
+        impl Tensor {$(
+            $(#[$doc])*
+            #[inline]
+            pub fn $method(&self, $($arg: $ty),*) -> Result<Tensor> {
+                $trait::$method(self, $($arg),*)
+            }
+        )*}
+    };
+}
+
+forward! {
+    // ----- elementwise (ops/elementwise.rs) ----------------------------------------------------
+    /// `-x`. Integer negation wraps (`-i32::MIN == i32::MIN`).
+    neg() => ElementwiseOps;
+    /// `|x|` (the value itself for unsigned ints).
+    abs() => ElementwiseOps;
+    exp() => ElementwiseOps;
+    /// Natural log (NaN below 0, -inf at 0).
+    log() => ElementwiseOps;
+    sqrt() => ElementwiseOps;
+    /// `1 / sqrt(x)`.
+    rsqrt() => ElementwiseOps;
+    tanh() => ElementwiseOps;
+    sigmoid() => ElementwiseOps;
+    sin() => ElementwiseOps;
+    cos() => ElementwiseOps;
+    /// `max(x, 0)`.
+    relu() => ElementwiseOps;
+    /// Elementwise sum (broadcasting). Integer overflow wraps around, as in torch:
+    /// `i32::MAX + 1 == i32::MIN`.
+    add(other: &Tensor) => ElementwiseOps;
+    /// Elementwise difference (broadcasting). Integer overflow wraps, as in torch.
+    sub(other: &Tensor) => ElementwiseOps;
+    /// Elementwise product (broadcasting). Integer overflow wraps, as in torch:
+    /// `65536i32 * 65536 == 0`.
+    mul(other: &Tensor) => ElementwiseOps;
+    /// Elementwise quotient (broadcasting). Floats: IEEE division (`x / 0` is ±inf, `0 / 0`
+    /// NaN). Integers: truncated toward zero, torch's `div(.., rounding_mode="trunc")` (torch's
+    /// plain `/` of ints gives floats). Integer division by zero does not raise (torch raises
+    /// `ZeroDivisionError`): eager keeps XLA's values, -1 for signed ints whatever the dividend
+    /// (`7 / 0 == -1`, `0 / 0 == -1`) and all ones for unsigned (`7u8 / 0 == 255`). The
+    /// overflow `i32::MIN / -1` gives `i32::MIN` (wrapped; XLA's value too).
+    div(other: &Tensor) => ElementwiseOps;
+    /// Elementwise power. Integer powers wrap on overflow. A negative integer exponent does not
+    /// raise (torch refuses it): eager keeps XLA's truncated value, 0 for `|base| > 1` and for
+    /// a zero base (`2 ** -1 == 0`, `0 ** -1 == 0`, `(-1) ** -1 == -1`).
+    pow(other: &Tensor) => ElementwiseOps;
+    /// Elementwise maximum; NaN on either side gives NaN, as in torch.
+    maximum(other: &Tensor) => ElementwiseOps;
+    /// Elementwise minimum; NaN on either side gives NaN, as in torch.
+    minimum(other: &Tensor) => ElementwiseOps;
+    /// [`Tensor::add`] with a scalar converted to this tensor's dtype.
+    add_scalar(other: f64) => ElementwiseOps;
+    /// [`Tensor::sub`] with a scalar converted to this tensor's dtype.
+    sub_scalar(other: f64) => ElementwiseOps;
+    /// [`Tensor::mul`] with a scalar converted to this tensor's dtype.
+    mul_scalar(other: f64) => ElementwiseOps;
+    /// [`Tensor::div`] with a scalar converted to this tensor's dtype.
+    div_scalar(other: f64) => ElementwiseOps;
+    /// [`Tensor::pow`] with a scalar converted to this tensor's dtype.
+    pow_scalar(other: f64) => ElementwiseOps;
+    /// [`Tensor::maximum`] with a scalar converted to this tensor's dtype.
+    maximum_scalar(other: f64) => ElementwiseOps;
+    /// [`Tensor::minimum`] with a scalar converted to this tensor's dtype.
+    minimum_scalar(other: f64) => ElementwiseOps;
+    /// `self == other` elementwise (broadcasting), as bool.
+    eq(other: &Tensor) => ElementwiseOps;
+    ne(other: &Tensor) => ElementwiseOps;
+    lt(other: &Tensor) => ElementwiseOps;
+    le(other: &Tensor) => ElementwiseOps;
+    gt(other: &Tensor) => ElementwiseOps;
+    ge(other: &Tensor) => ElementwiseOps;
+    /// Comparisons with a scalar converted to this tensor's dtype.
+    eq_scalar(other: f64) => ElementwiseOps;
+    ne_scalar(other: f64) => ElementwiseOps;
+    lt_scalar(other: f64) => ElementwiseOps;
+    le_scalar(other: f64) => ElementwiseOps;
+    gt_scalar(other: f64) => ElementwiseOps;
+    ge_scalar(other: f64) => ElementwiseOps;
+    /// `where(self, a, b)`: `a` where `self` is true, else `b` (broadcasting).
+    where_cond(a: &Tensor, b: &Tensor) => ElementwiseOps;
+    /// Converts to `dtype` (floats to bool: nonzero is true, NaN too; floats to ints truncate
+    /// toward zero). Floats outside an int dtype's range saturate to its bounds and NaN gives 0
+    /// (XLA's convert; undefined in torch): `1e10 -> i32::MAX`, `-5.0 -> 0u8`.
+    to_dtype(dtype: DType) => ElementwiseOps;
+
+    // ----- linear algebra (ops/matmul.rs) ------------------------------------------------------
+    /// Matrix product with torch's rules: 1-D operands are promoted and the added dim
+    /// removed; batch dims broadcast. f16 and bf16 products accumulate in f32 and round once.
+    /// Integer products wrap on overflow.
+    matmul(other: &Tensor) => MatmulOps;
+
+    // ----- reductions (ops/reduce.rs) ----------------------------------------------------------
+    /// Sum over `dims` (all dims if empty). f16 and bf16 accumulate in f32 and round once, as
+    /// torch and JAX do; integer sums wrap on overflow and keep the dtype (torch gives i64).
+    sum(dims: &[isize], keepdim: bool) => ReduceOps;
+    /// Mean over `dims` (all dims if empty); floats only.
+    mean(dims: &[isize], keepdim: bool) => ReduceOps;
+    /// Largest value over `dims` (all dims if empty). NaN propagates: a lane with a NaN gives
+    /// NaN, as in torch. An empty dim is an error (it has no max).
+    max(dims: &[isize], keepdim: bool) => ReduceOps;
+    /// Smallest value over `dims`; NaN propagates, as for [`Tensor::max`].
+    min(dims: &[isize], keepdim: bool) => ReduceOps;
+    /// Sum of all elements, as a 0-d tensor.
+    sum_all() => ReduceOps;
+    /// Mean of all elements, as a 0-d tensor.
+    mean_all() => ReduceOps;
+
+    // ----- composites (ops/composite.rs) -------------------------------------------------------
+    /// Softmax along `dim`, composed: `exp(x - max) / sum(exp(x - max))`.
+    softmax(dim: isize) => CompositeOps;
+    /// Log-softmax along `dim`, composed: `x - max - log(sum(exp(x - max)))`.
+    log_softmax(dim: isize) => CompositeOps;
+
+    // ----- shape (ops/movement.rs) -------------------------------------------------------------
+    /// Reshape; one dim may be -1 (inferred).
+    reshape(shape: &[isize]) => MovementOps;
+    /// The elements as one dim.
+    flatten() => MovementOps;
+    /// Inserts a dim of size 1 at `dim` (negative counts from the end of the result).
+    unsqueeze(dim: isize) => MovementOps;
+    /// Removes dim `dim`, which must have size 1.
+    squeeze(dim: isize) => MovementOps;
+    /// Reorders dims: result dim `i` is input dim `perm[i]`.
+    permute(perm: &[isize]) => MovementOps;
+    /// Swaps two dims.
+    transpose(d0: isize, d1: isize) => MovementOps;
+    /// Transpose of a matrix (the last two dims).
+    t() => MovementOps;
+    /// NumPy broadcast to `shape`.
+    broadcast_to(shape: &[usize]) => MovementOps;
+    /// `len` elements of dim `dim` from `start`.
+    narrow(dim: isize, start: usize, len: usize) => MovementOps;
+    /// Elements `start..end` with `step` along `dim`.
+    slice(dim: isize, start: usize, end: usize, step: usize) => MovementOps;
+
+    // ----- indexing (ops/index.rs) -------------------------------------------------------------
+    /// Picks entries along `dim` by a 1-D i32/i64 index tensor. A negative index counts from
+    /// the end (`-1` is the last), as torch's `x[idx]` and NumPy's `take` do (torch's
+    /// `index_select` itself refuses negative indices). An index outside `-size..size` is an
+    /// error naming it: at once for indices uploaded from the host (`Tensor::from_slice` and
+    /// reshapes of it), else checked on the device and reported by the next read of a result
+    /// that depends on this one (as other failures on the device are).
+    index_select(dim: isize, indices: &Tensor) => IndexOps;
+}
+
+impl Tensor {
+    /// Index (i64) of the largest value along `dim` (the first on ties); over the flattened
+    /// tensor when `dim` is `None`. NaN counts as the largest (the first NaN wins), as in torch.
+    pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        self.arg_reduce(ReduceKind::ArgMax, dim, keepdim)
+    }
+
+    /// Index (i64) of the smallest value along `dim`; as [`Tensor::argmax`].
+    pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        self.arg_reduce(ReduceKind::ArgMin, dim, keepdim)
+    }
+
+    /// Joins tensors along `dim`.
+    pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        MovementOps::cat(tensors, dim)
+    }
+}

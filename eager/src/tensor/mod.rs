@@ -1,0 +1,227 @@
+//! [`Tensor`]: shape, dtype and device over a reference-counted PJRT buffer (freed on the
+//! last drop). Every op method builds an [`Op`](crate::ops::Op) through its family's
+//! builder in `ops/` (`Tensor` is their [`Operand`]) and dispatches it at once.
+//!
+//! By topic: this file (the type and its plumbing), `create` (constructors), `methods` (the op
+//! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`.
+
+mod create;
+mod display;
+mod methods;
+mod operators;
+mod read;
+
+use std::sync::Arc;
+
+use crate::autograd::GradState;
+use crate::compile::TraceRef;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::{Op, Operand};
+use crate::pjrt::Buffer;
+use crate::profiler::OpInfo;
+use crate::runtime::{self, dispatch, Completion, Runtime};
+use crate::shape::Spec;
+
+/// A tensor on a device. Cloning is cheap (the buffer is shared).
+#[derive(Clone)]
+pub struct Tensor {
+    inner: Arc<Inner>,
+    /// Autograd state: `None` for tensors no gradient flows through (most of them, so the
+    /// dispatch hit path allocates nothing for it).
+    autograd: Option<Arc<GradState>>,
+}
+
+struct Inner {
+    /// The device buffer; `None` for a tensor traced inside a compiled function.
+    buffer: Option<Buffer>,
+    spec: Spec,
+    device: Device,
+    runtime: Arc<Runtime>,
+    /// The op that made it (`None` for uploads and copies): named when its result fails.
+    producer: Option<Arc<OpInfo>>,
+    completion: Arc<Completion>,
+    /// Where it lives in the function being traced, for a traced tensor.
+    traced: Option<TraceRef>,
+    /// Smallest and largest value of integer data known on the host (uploaded from it): index
+    /// ops check these before dispatch instead of on the device. `(MAX, MIN)` when empty.
+    host_bounds: Option<(i64, i64)>,
+}
+
+static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
+
+impl Tensor {
+    pub(crate) fn from_parts(
+        buffer: Buffer,
+        spec: Spec,
+        device: Device,
+        runtime: Arc<Runtime>,
+        producer: Option<Arc<OpInfo>>,
+        completion: Arc<Completion>,
+    ) -> Tensor {
+        let (buffer, traced, host_bounds) = (Some(buffer), None, None);
+        let inner = Inner { buffer, spec, device, runtime, producer, completion, traced, host_bounds };
+        Tensor { inner: Arc::new(inner), autograd: None }
+    }
+
+    /// A tensor standing for value `traced` of the function being traced.
+    pub(crate) fn traced(traced: TraceRef, spec: Spec, device: Device, runtime: Arc<Runtime>) -> Tensor {
+        let inner = Inner {
+            buffer: None,
+            spec,
+            device,
+            runtime,
+            producer: None,
+            completion: Completion::ready(),
+            traced: Some(traced),
+            host_bounds: None,
+        };
+        Tensor { inner: Arc::new(inner), autograd: None }
+    }
+
+    pub(crate) fn trace_ref(&self) -> Option<&TraceRef> {
+        self.inner.traced.as_ref()
+    }
+
+    /// Smallest and largest value, for integer data known on the host (`Inner::host_bounds`).
+    pub(crate) fn host_bounds(&self) -> Option<(i64, i64)> {
+        self.inner.host_bounds
+    }
+
+    /// This tensor with host bounds `bounds` (a fresh result of a value-preserving op of a
+    /// tensor that had them); unchanged if its data is shared already.
+    fn with_host_bounds(mut self, bounds: Option<(i64, i64)>) -> Tensor {
+        if let (Some(b), Some(inner)) = (bounds, Arc::get_mut(&mut self.inner)) {
+            inner.host_bounds = Some(b);
+        }
+        self
+    }
+
+    /// This tensor with the result's autograd node (if any) attached. Bool and integer
+    /// results get none, as in torch: no gradient flows through them.
+    pub(crate) fn with_node(mut self, node: Option<Box<crate::autograd::Node>>) -> Tensor {
+        if let Some(node) = node.filter(|_| self.dtype().is_float()) {
+            self.autograd = Some(Arc::new(GradState { node: Some(node), ..Default::default() }));
+        }
+        self
+    }
+
+    pub(crate) fn grad_state(&self) -> &GradState {
+        match &self.autograd {
+            Some(s) => s,
+            None => NO_GRAD_STATE.get_or_init(GradState::default),
+        }
+    }
+
+    /// With a fresh autograd state (for `set_requires_grad` on a tensor that had none).
+    pub(crate) fn with_fresh_grad_state(&self) -> Tensor {
+        Tensor { inner: self.inner.clone(), autograd: Some(Arc::new(GradState::default())) }
+    }
+
+    pub(crate) fn has_grad_state(&self) -> bool {
+        self.autograd.is_some()
+    }
+
+    /// The same values, cut from the graph: no gradient flows back through the result.
+    pub fn detach(&self) -> Tensor {
+        Tensor { inner: self.inner.clone(), autograd: None }
+    }
+
+    /// Identity of this tensor in a backward pass: its autograd state, else its data.
+    pub(crate) fn identity(&self) -> usize {
+        match &self.autograd {
+            Some(s) => Arc::as_ptr(s) as usize,
+            None => Arc::as_ptr(&self.inner) as usize,
+        }
+    }
+
+    /// Identity of the data (the same for a tensor and its detached copies).
+    pub(crate) fn data_identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// The device buffer; an error for a traced tensor, which has values only when the
+    /// compiled function runs.
+    pub(crate) fn buffer(&self) -> Result<&Buffer> {
+        self.inner.buffer.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "read",
+                format!("{} is traced inside a compiled function: it has values only when the function runs; return it instead of reading it", self.spec()),
+            )
+        })
+    }
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.inner.runtime
+    }
+
+    pub(crate) fn completion(&self) -> &Arc<Completion> {
+        &self.inner.completion
+    }
+
+    /// What made this tensor, for errors: `exp(f32[4])`, or its spec for uploaded data.
+    pub(crate) fn describe(&self) -> String {
+        match &self.inner.producer {
+            Some(info) => info.signature(),
+            None => format!("{} on {}", self.spec(), self.device()),
+        }
+    }
+
+    /// Waits until the op that makes this tensor has finished on the device (dispatch is
+    /// asynchronous; reads wait by themselves). Reports the op's failure, if it failed.
+    pub fn block_until_ready(&self) -> Result<&Tensor> {
+        self.buffer()?.wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
+        self.completion().verify(&self.describe())?;
+        Ok(self)
+    }
+    pub fn spec(&self) -> &Spec {
+        &self.inner.spec
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.inner.spec.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.inner.spec.dtype
+    }
+    pub fn device(&self) -> Device {
+        self.inner.device
+    }
+    pub fn rank(&self) -> usize {
+        self.inner.spec.rank()
+    }
+    pub fn numel(&self) -> usize {
+        self.inner.spec.numel()
+    }
+    /// Size of dim `dim` (negative counts from the end).
+    pub fn size(&self, dim: isize) -> Result<usize> {
+        Ok(self.shape()[self.dim("size", dim)?])
+    }
+}
+
+impl Operand for Tensor {
+    fn spec(&self) -> &Spec {
+        &self.inner.spec
+    }
+    fn device(&self) -> Device {
+        self.inner.device
+    }
+    #[inline]
+    fn apply(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
+        dispatch(op, inputs, device)
+    }
+    fn scalar_on(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        runtime::scalar(value, dtype, device)
+    }
+    fn rng_state(device: Device) -> Result<Tensor> {
+        runtime::rng_state_tensor(device)
+    }
+    fn host_bounds(&self) -> Option<(i64, i64)> {
+        self.inner.host_bounds
+    }
+    fn with_host_bounds(self, bounds: Option<(i64, i64)>) -> Tensor {
+        Tensor::with_host_bounds(self, bounds)
+    }
+    fn is_traced(&self) -> bool {
+        self.inner.traced.is_some()
+    }
+}
