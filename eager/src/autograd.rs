@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::ops::Op;
+use crate::shared::Shared;
 use crate::tensor::Tensor;
 
 /// How a tensor was computed, kept while gradients may flow through it.
@@ -72,6 +73,13 @@ impl GradMode {
     }
 }
 
+static GRAD_MODE: Shared<GradMode> = Shared::new("eager::autograd::GradMode", GradMode::default);
+
+/// The scopes of the process (one per session, see [`crate::shared`]).
+fn grad_mode() -> &'static GradMode {
+    GRAD_MODE.get()
+}
+
 /// While alive, ops on this thread record no graph (like `torch.no_grad()`): for inference,
 /// optimizer updates and evaluation.
 #[must_use = "the scope ends when the guard is dropped"]
@@ -82,7 +90,7 @@ pub struct NoGradGuard {
 
 impl NoGradGuard {
     pub fn new() -> NoGradGuard {
-        crate::runtime::grad_mode().enter();
+        grad_mode().enter();
         NoGradGuard { _not_send: std::marker::PhantomData }
     }
 }
@@ -95,7 +103,7 @@ impl Default for NoGradGuard {
 
 impl Drop for NoGradGuard {
     fn drop(&mut self) {
-        crate::runtime::grad_mode().exit();
+        grad_mode().exit();
     }
 }
 
@@ -107,7 +115,7 @@ pub fn no_grad<T>(f: impl FnOnce() -> T) -> T {
 
 /// Whether ops on this thread record gradients now.
 pub fn is_grad_enabled() -> bool {
-    crate::runtime::grad_mode().enabled()
+    grad_mode().enabled()
 }
 
 /// The node to record on the result of `op` on `inputs`, if gradients flow through it.

@@ -14,6 +14,7 @@ use crate::ops::Op;
 use crate::pjrt::Executable;
 use crate::profiler::OpInfo;
 use crate::shape::Spec;
+use crate::shared::Shared;
 
 /// What identifies one compiled program.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -25,8 +26,8 @@ pub struct OpKey {
 
 impl OpKey {
     /// The key of `op` on `inputs` on `device`.
-    pub(crate) fn new(op: Op, inputs: &[&crate::tensor::Tensor], device: Device) -> OpKey {
-        OpKey { op, inputs: inputs.iter().map(|t| t.spec().clone()).collect(), device }
+    pub(crate) fn new<'a>(op: Op, inputs: impl IntoIterator<Item = &'a Spec>, device: Device) -> OpKey {
+        OpKey { op, inputs: inputs.into_iter().cloned().collect(), device }
     }
 }
 
@@ -228,20 +229,27 @@ fn evict_to(inner: &mut Inner, capacity: usize) {
     }
 }
 
+static CACHE: Shared<Cache> = Shared::new("eager::cache::Cache", Cache::new);
+
+/// The process's compile cache (one per session, see [`crate::shared`]).
+pub(crate) fn cache() -> &'static Cache {
+    CACHE.get()
+}
+
 /// Totals: entries, hits, misses, evictions, compile time.
 pub fn stats() -> CacheStats {
-    crate::runtime::global().cache.stats()
+    cache().stats()
 }
 
 /// Per-key counters, least recently used first.
 pub fn entries() -> Vec<EntryStats> {
-    crate::runtime::global().cache.entries()
+    cache().entries()
 }
 
 /// Drops every compiled executable from memory and zeroes the counters (the persistent
 /// cache stays: see [`clear_disk`]).
 pub fn clear() {
-    crate::runtime::global().cache.clear()
+    cache().clear()
 }
 
 /// Removes every entry of the persistent compile cache; returns how many there were.
@@ -256,5 +264,5 @@ pub fn disk_stats() -> crate::disk_cache::DiskStats {
 
 /// Bounds the number of cached executables (LRU eviction).
 pub fn set_capacity(capacity: usize) {
-    crate::runtime::global().cache.set_capacity(capacity)
+    cache().set_capacity(capacity)
 }

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::ops::{Call, Op, Program, ValueDef};
 use crate::runtime::{self, Runtime};
 use crate::shape::Spec;
+use crate::shared::{lock, Shared};
 use crate::tensor::Tensor;
 use crate::var::Var;
 
@@ -64,8 +65,7 @@ struct Recording {
     ops: usize,
 }
 
-/// The process-wide tracing state (in the shared runtime state, so every REPL cell's copy
-/// of the library sees one).
+/// The process-wide tracing state (shared, so every REPL cell's copy of the library sees one).
 #[derive(Default)]
 pub(crate) struct Tracer {
     /// Whether a trace is running: checked before taking the lock.
@@ -76,12 +76,11 @@ pub(crate) struct Tracer {
     next_id: AtomicU64,
 }
 
-fn tracer() -> &'static Tracer {
-    &runtime::global().tracer
-}
+static TRACER: Shared<Tracer> = Shared::new("eager::compile::Tracer", Tracer::default);
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// The process's tracing state (one per session, see [`crate::shared`]).
+pub(crate) fn tracer() -> &'static Tracer {
+    TRACER.get()
 }
 
 /// Runs `f` on the recording of this thread's trace, if this thread is tracing.
@@ -333,11 +332,11 @@ fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
             Source::Arg(i) => Ok(args[*i].detach()),
             Source::Captured(c) => Ok(c.clone()),
             Source::Var(v) => Ok(v.current().detach()),
-            Source::Rng => runtime::rng_state_tensor(device),
+            Source::Rng => crate::tensor::dispatch::rng_state_tensor(device),
         })
         .collect::<Result<_>>()?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
-    let mut outs = runtime::dispatch_all(Op::Call(Call { program: t.program.clone() }), &refs, Some(device))?.into_vec();
+    let mut outs = crate::tensor::dispatch::dispatch_all(Op::Call(Call { program: t.program.clone() }), &refs, Some(device))?.into_vec();
     let written = outs.split_off(t.returned);
     for (var, value) in t.writes.iter().zip(written) {
         var.set(value)?;

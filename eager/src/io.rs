@@ -35,7 +35,7 @@ where
     if names.contains(&"__metadata__") {
         return Err(format_error(path, "`__metadata__` is reserved by safetensors and cannot name a tensor"));
     }
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, t)| runtime::download(t.borrow())).collect::<Result<_>>()?;
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, t)| crate::tensor::dispatch::download(t.borrow())).collect::<Result<_>>()?;
     let views = tensors
         .iter()
         .zip(&bytes)
@@ -87,7 +87,7 @@ pub fn load_safetensors_on(path: impl AsRef<Path>, device: Device) -> Result<Vec
         .zip(dtypes)
         .map(|((name, view), dtype)| {
             let data = normalize_bools(view.data(), dtype);
-            let t = runtime::upload(&data, Spec::new(view.shape(), dtype), device)?;
+            let t = crate::tensor::dispatch::upload(&data, Spec::new(view.shape(), dtype), device)?;
             Ok((name, t))
         })
         .collect()
@@ -133,7 +133,7 @@ pub fn save_npy(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
             ),
         )
     })?;
-    let mut data = runtime::download(tensor)?;
+    let mut data = crate::tensor::dispatch::download(tensor)?;
     if cfg!(target_endian = "big") {
         swap_bytes(&mut data, tensor.dtype().size_in_bytes());
     }
@@ -166,11 +166,11 @@ pub fn load_npy_on(path: impl AsRef<Path>, device: Device) -> Result<Tensor> {
     let rank = npy.shape.len();
     let numel: usize = npy.shape.iter().product();
     if !npy.fortran_order || rank < 2 || numel == 0 {
-        return runtime::upload(&data, Spec::new(&npy.shape, npy.dtype), device);
+        return crate::tensor::dispatch::upload(&data, Spec::new(&npy.shape, npy.dtype), device);
     }
     // Column-major data of shape (a, b, c) is row-major data of shape (c, b, a).
     let reversed: Vec<usize> = npy.shape.iter().rev().copied().collect();
-    let t = runtime::upload(&data, Spec::new(&reversed, npy.dtype), device)?;
+    let t = crate::tensor::dispatch::upload(&data, Spec::new(&reversed, npy.dtype), device)?;
     let perm: Vec<isize> = (0..rank as isize).rev().collect();
     t.permute(&perm)
 }

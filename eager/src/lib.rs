@@ -44,7 +44,7 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path, synchronize};
 pub use shape::Spec;
-pub use tensor::Tensor;
+pub use tensor::{dispatch, Tensor};
 pub use var::Var;
 pub use compile::{compile, Compiled};
 pub use autograd::{no_grad, NoGradGuard};

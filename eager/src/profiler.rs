@@ -3,12 +3,13 @@
 //! The viz crate, the REPL and the kernel read it; nothing here formats it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::device::Device;
 use crate::shape::Spec;
+use crate::shared::Shared;
 
 /// What an op (or transfer) is: name, attributes, input and output specs, device. Shared by
 /// all events of one cache key, so recording an event copies one pointer.
@@ -143,6 +144,9 @@ pub(crate) struct Profiler {
     epoch: Instant,
     enabled: AtomicBool,
     log: Mutex<Log>,
+    /// Ops dispatched whose completion has not been seen yet: their device times are not
+    /// final until it is (see [`wait_for_ops`]).
+    in_flight: AtomicUsize,
 }
 
 struct Log {
@@ -159,7 +163,17 @@ impl Profiler {
             epoch: Instant::now(),
             enabled: AtomicBool::new(std::env::var_os("EAGER_PROFILE_OFF").is_none()),
             log: Mutex::new(Log { events: VecDeque::new(), capacity, next_seq: 0, dropped: 0 }),
+            in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// An op was enqueued; its completion will call [`Profiler::op_done`].
+    pub(crate) fn op_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn op_done(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
     pub(crate) fn now_ns(&self) -> u64 {
@@ -210,21 +224,39 @@ impl Profiler {
     }
 }
 
-fn profiler() -> &'static Profiler {
-    &crate::runtime::global().profiler
+static PROFILER: Shared<Profiler> = Shared::new("eager::profiler::Profiler", Profiler::new);
+
+/// The process's profiler (one per session, see [`crate::shared`]).
+pub(crate) fn profiler() -> &'static Profiler {
+    PROFILER.get()
+}
+
+/// Waits until every op dispatched so far has completed on its device (so that its device time
+/// is booked). `eager::synchronize` is this.
+pub fn wait_for_ops() {
+    let p = profiler();
+    let mut spins = 0u32;
+    while p.in_flight.load(Ordering::Acquire) != 0 {
+        spins += 1;
+        if spins < 100 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
 }
 
 /// A copy of every event still in the log, oldest first (after the ops dispatched so far
 /// finished, so that their device times are final).
 pub fn events() -> Vec<Event> {
-    crate::runtime::synchronize();
+    wait_for_ops();
     let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
     log.events.iter().cloned().collect()
 }
 
 /// A copy of the events whose `seq` is at least `seq` (see [`next_seq`]).
 pub fn events_since(seq: u64) -> Vec<Event> {
-    crate::runtime::synchronize();
+    wait_for_ops();
     let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
     let skip = log.events.partition_point(|e| e.seq < seq);
     log.events.iter().skip(skip).cloned().collect()

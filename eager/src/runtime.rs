@@ -1,26 +1,26 @@
-//! The eager executor: one runtime (plugin + client) per device kind, the process-wide
-//! compile cache and profiler, and [`dispatch`], which runs one op now.
+//! The executor: one runtime (plugin + client) per device kind, started on first use, and
+//! [`execute`], which runs one op's executable now (found in the compile cache, loaded from
+//! the persistent one or compiled) and tracks its completion. Transfers of buffers to and from
+//! the host. It knows buffers and specs, not tensors: `tensor::dispatch` wraps what it makes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use crate::cache::{Cache, OpKey};
+use crate::cache::{cache, OpKey};
 use crate::device::{Device, DeviceKind};
 use crate::disk_cache::DiskCache;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::Op;
+use crate::ops::IndexCheck;
 use crate::pjrt::{self, Client, DeviceInfo, Executable};
 use crate::plugin;
-use crate::profiler::{CacheOutcome, EventKind, OpInfo, Profiler};
+use crate::profiler::{profiler, CacheOutcome, EventKind, OpInfo};
 use crate::shape::Spec;
 use crate::shared::{lock, Shared};
-use crate::tensor::Tensor;
 
 /// A started device kind: its plugin, client and devices.
 pub struct Runtime {
@@ -48,56 +48,33 @@ impl Runtime {
     }
 }
 
-/// Process-wide state: runtimes, cache, profiler, random state, defaults.
-pub(crate) struct Global {
+/// The runtimes and what dispatches share: defaults, random state, the interrupt flag.
+struct RuntimeState {
     runtimes: Mutex<HashMap<DeviceKind, Arc<Runtime>>>,
     /// Held while a runtime starts, so that threads asking at once start it once.
     starting: Mutex<()>,
     plugin_paths: Mutex<HashMap<DeviceKind, PathBuf>>,
-    pub(crate) cache: Cache,
-    pub(crate) profiler: Profiler,
     rng: Mutex<(u64, u64)>,
     default_device: Mutex<Device>,
     /// Set by an interrupt (the REPL's Ctrl-C): every dispatch fails until it is cleared.
     interrupted: AtomicBool,
-    /// Ops dispatched whose completion has not been seen yet.
-    pending: AtomicUsize,
     /// Per device (see [`device_slot`]): when its last completed op finished (profiler clock).
     device_free_ns: [AtomicU64; DEVICE_SLOTS],
-    /// Threads inside `no_grad` scopes.
-    grad_mode: crate::autograd::GradMode,
-    /// Scalars already on a device, by (device, dtype, bits of the value).
-    scalars: Mutex<HashMap<(Device, DType, u64), Tensor>>,
-    /// The compiled function being traced, if any.
-    pub(crate) tracer: crate::compile::Tracer,
-    /// The last eager error a session's cell displayed: (kind, text) (see `session`).
-    pub(crate) shown_error: Mutex<Option<(String, String)>>,
 }
 
-impl Global {
-    fn new() -> Global {
-        Global {
+impl RuntimeState {
+    fn new() -> RuntimeState {
+        RuntimeState {
             runtimes: Mutex::new(HashMap::new()),
             starting: Mutex::new(()),
             plugin_paths: Mutex::new(HashMap::new()),
-            cache: Cache::new(),
-            profiler: Profiler::new(),
             rng: Mutex::new((0x5eed, 0)),
             default_device: Mutex::new(
                 std::env::var("EAGER_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(Device::cpu()),
             ),
             interrupted: AtomicBool::new(false),
-            pending: AtomicUsize::new(0),
             device_free_ns: Default::default(),
-            grad_mode: Default::default(),
-            scalars: Mutex::new(HashMap::new()),
-            tracer: Default::default(),
-            shown_error: Mutex::new(None),
         }
-    }
-
-    pub(crate) fn set_interrupted(&self, on: bool) {
-        self.interrupted.store(on, Ordering::Relaxed);
     }
 }
 
@@ -108,16 +85,35 @@ fn device_slot(d: Device) -> usize {
     (d.kind as usize * 8 + d.index) % DEVICE_SLOTS
 }
 
-/// The process's state: shared with other copies of this library in the process when a host
-/// offers a slot for it (see [`crate::shared`]).
-pub(crate) fn global() -> &'static Global {
-    static GLOBAL: Shared<Global> = Shared::new("eager::runtime::Global", Global::new);
-    GLOBAL.get()
+static STATE: Shared<RuntimeState> = Shared::new("eager::runtime::RuntimeState", RuntimeState::new);
+
+fn state() -> &'static RuntimeState {
+    STATE.get()
+}
+
+/// Interrupts the session (the REPL's Ctrl-C): every dispatch fails with
+/// [`Error::Interrupted`] until [`clear_interrupt`].
+#[doc(hidden)]
+pub fn interrupt() {
+    state().interrupted.store(true, Ordering::Relaxed);
+}
+
+#[doc(hidden)]
+pub fn clear_interrupt() {
+    state().interrupted.store(false, Ordering::Relaxed);
+}
+
+/// Fails if the session was interrupted: checked by every dispatch of `op`.
+pub(crate) fn check_interrupt(op: &'static str) -> Result<()> {
+    if state().interrupted.load(Ordering::Relaxed) {
+        return Err(Error::Interrupted { op });
+    }
+    Ok(())
 }
 
 /// The runtime of `kind`, started on first use (plugin found, or fetched for CPU).
 pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
-    let g = global();
+    let g = state();
     if let Some(r) = lock(&g.runtimes).get(&kind) {
         return Ok(r.clone());
     }
@@ -136,7 +132,7 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
 /// Uses the plugin at `path` for `kind` (before its first use; later calls have no effect
 /// on a runtime already started).
 pub fn set_plugin_path(kind: DeviceKind, path: impl AsRef<Path>) {
-    lock(&global().plugin_paths).insert(kind, path.as_ref().to_path_buf());
+    lock(&state().plugin_paths).insert(kind, path.as_ref().to_path_buf());
 }
 
 /// The devices of `kind` (starting its runtime).
@@ -161,21 +157,21 @@ pub fn describe_devices(kind: DeviceKind) -> Result<Vec<String>> {
 
 /// The device constructors use when none is given (`EAGER_DEVICE`, else `cpu:0`).
 pub fn default_device() -> Device {
-    *lock(&global().default_device)
+    *lock(&state().default_device)
 }
 
 pub fn set_default_device(device: Device) {
-    *lock(&global().default_device) = device;
+    *lock(&state().default_device) = device;
 }
 
 /// Seeds the on-device random number generator.
 pub fn manual_seed(seed: u64) {
-    *lock(&global().rng) = (seed, 0);
+    *lock(&state().rng) = (seed, 0);
 }
 
 /// The state for the next random op: the seed and a counter bumped per call.
 pub(crate) fn next_rng_state() -> [u64; 2] {
-    let mut s = lock(&global().rng);
+    let mut s = lock(&state().rng);
     s.1 += 1;
     [s.0, s.1]
 }
@@ -194,11 +190,11 @@ pub(crate) struct Completion {
     has_checks: AtomicBool,
 }
 
-/// An op's [`IndexCheck`](crate::ops::IndexCheck) result on the device, read once when first
+/// An op's [`IndexCheck`](IndexCheck) result on the device, read once when first
 /// needed: not at dispatch, which would wait for the device.
 pub(crate) struct PendingCheck {
     op: String,
-    check: crate::ops::IndexCheck,
+    check: IndexCheck,
     flag: pjrt::Buffer,
     /// `None` once read and passed; the failure's message if an index was out of range.
     verdict: OnceLock<Option<String>>,
@@ -240,7 +236,7 @@ impl Completion {
     /// A buffer that is ready now (an upload).
     pub(crate) fn ready() -> Arc<Completion> {
         let c = Completion::default();
-        c.ready_ns.store(global().profiler.now_ns().max(1), Ordering::Relaxed);
+        c.ready_ns.store(profiler().now_ns().max(1), Ordering::Relaxed);
         Arc::new(c)
     }
 
@@ -249,10 +245,10 @@ impl Completion {
     }
 
     /// Takes on the unpassed checks of `inputs` and the op's own (`own`: its check and flag).
-    fn inherit(&self, inputs: &[&Tensor], own: Option<(crate::ops::IndexCheck, String, pjrt::Buffer)>) {
+    fn inherit(&self, inputs: &[Arg], own: Option<(IndexCheck, String, pjrt::Buffer)>) {
         let mut list: SmallVec<[Arc<PendingCheck>; 1]> = SmallVec::new();
-        for t in inputs.iter().filter(|t| t.completion().has_checks.load(Ordering::Acquire)) {
-            for c in lock(&t.completion().checks).iter() {
+        for a in inputs.iter().filter(|a| a.completion.has_checks.load(Ordering::Acquire)) {
+            for c in lock(&a.completion.checks).iter() {
                 if !c.passed() && !list.iter().any(|k| Arc::ptr_eq(k, c)) {
                     list.push(c.clone());
                 }
@@ -322,23 +318,13 @@ impl Completion {
 /// Waits until every op dispatched so far has finished on its device (like
 /// `torch.cuda.synchronize`). Errors are not reported here but by reads of the results.
 pub fn synchronize() {
-    let g = global();
-    let mut spins = 0u32;
-    while g.pending.load(Ordering::Acquire) != 0 {
-        spins += 1;
-        if spins < 100 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    }
+    crate::profiler::wait_for_ops();
 }
 
 /// The executable for `key`: from memory, else from the persistent cache, else compiled (and
 /// stored in both). Returns it with the op's info, where it came from and the time it took.
-fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<(Arc<Executable>, Arc<OpInfo>, CacheOutcome, u64)> {
-    let g = global();
-    if let Some((exe, info)) = g.cache.lookup(&key) {
+pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<(Arc<Executable>, Arc<OpInfo>, CacheOutcome, u64)> {
+    if let Some((exe, info)) = cache().lookup(&key) {
         return Ok((exe, info, CacheOutcome::Hit, 0));
     }
     let output = key.op.infer(&key.inputs)?;
@@ -365,100 +351,61 @@ fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<(Arc<Executabl
     };
     let exe = Arc::new(exe);
     let ns = start.elapsed().as_nanos() as u64;
-    g.cache.insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
+    cache().insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
     Ok((exe, info, outcome, ns))
 }
 
-/// The compiled executable `op` runs for `inputs` (compiling it if needed): for benchmarks
-/// that time the raw PJRT execute of exactly what a dispatch runs.
-#[doc(hidden)]
-pub fn executable_for(op: Op, inputs: &[&Tensor]) -> Result<Arc<Executable>> {
-    let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
-    let rt = runtime(device.kind)?;
-    let key = OpKey::new(op, inputs, device);
-    Ok(executable(&rt, key, Instant::now())?.0)
+/// A dispatched op's input, as the runtime sees it: its buffer and how it came to be ready.
+pub(crate) struct Arg<'a> {
+    pub(crate) buffer: &'a pjrt::Buffer,
+    pub(crate) completion: &'a Arc<Completion>,
 }
 
-/// The PJRT buffer under `t`, for benchmarks that execute raw.
-#[doc(hidden)]
-pub fn raw_buffer(t: &Tensor) -> *mut pjrt::ffi::PJRT_Buffer {
-    t.buffer().expect("a tensor with values").raw()
+/// What [`execute`] enqueued: the output buffers with their specs, the op's info and the
+/// completion they share.
+pub(crate) struct Launched {
+    pub(crate) outputs: SmallVec<[(pjrt::Buffer, Spec); 1]>,
+    pub(crate) info: Arc<OpInfo>,
+    pub(crate) completion: Arc<Completion>,
 }
 
-/// Builds the key of `op` on `inputs` and looks it up, as a dispatch does, and nothing else:
-/// for benchmarks that take the hit path apart. Returns whether it hit.
-#[doc(hidden)]
-pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
-    let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
-    let key = OpKey::new(op, inputs, device);
-    global().cache.lookup(&key).is_some()
-}
-
-/// Runs `op` on `inputs`: looks the key up in the compile cache (compiling or loading on a
-/// miss), enqueues the execution and returns its result at once. The device time and any
-/// failure arrive with the completion event; reads of the result wait for it. Inside a
-/// compiled function being traced, records the op instead.
-pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
-    if inputs.iter().any(|t| t.trace_ref().is_some()) {
-        return crate::compile::record_op(op, inputs);
-    }
-    let node = crate::autograd::record(&op, inputs);
-    let mut outs = dispatch_all(op, inputs, device)?;
-    Ok(outs.swap_remove(0).with_node(node))
-}
-
-/// [`dispatch`] for ops with any number of outputs (a compiled function's call).
-pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<SmallVec<[Tensor; 1]>> {
-    let start = Instant::now();
-    let g = global();
-    if g.interrupted.load(Ordering::Relaxed) {
-        return Err(Error::Interrupted { op: op.name() });
-    }
-    let (rt, device) = match inputs.first() {
-        Some(t) => (t.runtime().clone(), t.device()),
-        None => {
-            let d = device.unwrap_or_else(default_device);
-            (runtime(d.kind)?, d)
-        }
-    };
-    if let Some(other) = inputs.iter().find(|t| t.device() != device) {
-        return Err(Error::invalid(
-            op.name(),
-            format!("expected all tensors on one device, got {device} and {}; move one with .to(..)", other.device()),
-        ));
-    }
+/// Runs the op of `key` on `args` on `device`: looks the key up in the compile cache
+/// (compiling or loading on a miss), enqueues the execution and returns its outputs at once.
+/// The device time and any failure arrive with the completion event; reads of the outputs
+/// wait for it. `start` is when the dispatch began (the profiler books from it).
+pub(crate) fn execute(rt: &Runtime, device: Device, key: OpKey, args: &[Arg], start: Instant) -> Result<Launched> {
     let dev = rt.device(device)?;
-    // Cloned before the key takes the op (empty, so no allocation, for one-output ops).
-    let more_outputs: SmallVec<[Spec; 1]> = op.more_outputs().iter().cloned().collect();
-    let key = OpKey::new(op, inputs, device);
+    // Cloned before the executable takes the key (empty, so no allocation, for one-output ops).
+    let more_outputs: SmallVec<[Spec; 1]> = key.op.more_outputs().iter().cloned().collect();
     let index_check = key.op.index_check(&key.inputs);
-    let (exe, info, outcome, compile_ns) = executable(&rt, key, start)?;
+    let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
+    let (exe, info, outcome, compile_ns) = executable(rt, key, start)?;
     let exec_start = Instant::now();
-    let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().map(|b| b.raw())).collect::<Result<_>>()?;
+    let raw: SmallVec<[_; 4]> = args.iter().map(|a| a.buffer.raw()).collect();
     let mut out = SmallVec::new();
     // A closure, not Error::pjrt(..): the signature is formatted only on failure.
-    let done = exe.execute(&args, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
+    let done = exe.execute(&raw, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
     // An index check is the last output: kept by the completion, read when a result is read.
     let own_check = index_check.and_then(|c| Some((c, info.signature(), out.pop()?)));
-    completion.inherit(inputs, own_check);
+    completion.inherit(args, own_check);
     let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
-    let bytes = inputs.iter().map(|t| t.spec().size_in_bytes()).sum::<usize>() + out_bytes;
-    let seq = g.profiler.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes as u64);
+    let p = profiler();
+    let seq = p.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, (in_bytes + out_bytes) as u64);
     let first = out.first().expect("every op has an output");
     if let Some(done) = done {
-        let enqueued_at = g.profiler.ns_since(exec_start);
-        let inputs_done: SmallVec<[Arc<Completion>; 3]> = inputs.iter().map(|t| t.completion().clone()).collect();
+        let enqueued_at = p.ns_since(exec_start);
+        let inputs_done: SmallVec<[Arc<Completion>; 3]> = args.iter().map(|a| a.completion.clone()).collect();
         let this = completion.clone();
         let op_info = info.clone();
-        g.pending.fetch_add(1, Ordering::AcqRel);
+        p.op_started();
         let registered = done.on_ready(&rt.client.api, move |outcome| {
-            let g = global();
-            let end = g.profiler.now_ns().max(1);
+            let p = profiler();
+            let end = p.now_ns().max(1);
             // The device works on the op from when it is enqueued, its inputs are ready and the
             // device finished the op before (so device times add up to at most the wall time).
-            let finished_before = g.device_free_ns[device_slot(device)].fetch_max(end, Ordering::AcqRel);
+            let finished_before = state().device_free_ns[device_slot(device)].fetch_max(end, Ordering::AcqRel);
             let began = inputs_done
                 .iter()
                 .map(|c| c.ready_ns.load(Ordering::Acquire))
@@ -471,43 +418,25 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
             }
             this.ready_ns.store(end, Ordering::Release);
             if let Some(seq) = seq {
-                g.profiler.complete(seq, end.saturating_sub(began));
+                p.complete(seq, end.saturating_sub(began));
             }
-            g.pending.fetch_sub(1, Ordering::AcqRel);
+            p.op_done();
         });
         if registered.is_err() {
             // The plugin cannot call back: fall back to waiting here.
-            g.pending.fetch_sub(1, Ordering::AcqRel);
+            p.op_done();
             first.wait_ready().map_err(|e| completion.read_error(&info.signature(), e))?;
-            completion.ready_ns.store(g.profiler.now_ns().max(1), Ordering::Release);
+            completion.ready_ns.store(p.now_ns().max(1), Ordering::Release);
         }
     } else {
-        completion.ready_ns.store(g.profiler.now_ns().max(1), Ordering::Release);
+        completion.ready_ns.store(p.now_ns().max(1), Ordering::Release);
     }
     let specs = std::iter::once(info.output.clone()).chain(more_outputs);
-    Ok(out
-        .into_iter()
-        .zip(specs)
-        .map(|(buffer, spec)| Tensor::from_parts(buffer, spec, device, rt.clone(), Some(info.clone()), completion.clone()))
-        .collect())
-}
-
-/// A fresh `u64[2]` random state on `device` (inside a trace: a parameter drawn per call).
-pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
-    if let Some(t) = crate::compile::traced_rng_state(device) {
-        return Ok(t);
-    }
-    let state = next_rng_state();
-    upload(crate::dtype::as_bytes(&state), Spec::new(&[2], DType::U64), device)
-}
-
-/// This thread's gradient mode (the process-wide state).
-pub(crate) fn grad_mode() -> &'static crate::autograd::GradMode {
-    &global().grad_mode
+    Ok(Launched { outputs: out.into_iter().zip(specs).collect(), info, completion })
 }
 
 /// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.
-pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor> {
+pub(crate) fn upload(bytes: &[u8], spec: &Spec, device: Device) -> Result<(pjrt::Buffer, Arc<Runtime>)> {
     if bytes.len() != spec.size_in_bytes() {
         return Err(Error::shape(
             "from_slice",
@@ -521,77 +450,56 @@ pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor>
     let buffer =
         rt.client.buffer_from_host(bytes, spec.dtype.pjrt(), &dims, dev).map_err(Error::pjrt(format!("copying {spec} to {device}")))?;
     let ns = start.elapsed().as_nanos() as u64;
-    record_transfer(EventKind::HostToDevice, "to_device", &spec, device, start, ns);
-    Ok(Tensor::from_parts(buffer, spec, device, rt, None, Completion::ready()))
+    record_transfer(EventKind::HostToDevice, "to_device", spec, device, start, ns);
+    Ok((buffer, rt))
 }
 
-/// Copies a tensor's bytes to the host, recording the transfer.
-pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
-    // Wait for the producing op first, unbooked: that time is its execute (booked by its
-    // completion), and only the copy after it is the transfer.
-    let buffer = t.buffer()?;
-    buffer.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;
-    t.completion().verify(&t.describe())?;
+/// A buffer to read, with what a failed read reports: its completion and what made it.
+pub(crate) struct Source<'a> {
+    pub(crate) buffer: &'a pjrt::Buffer,
+    pub(crate) completion: &'a Completion,
+    pub(crate) spec: &'a Spec,
+    pub(crate) device: Device,
+    /// What made it (`exp(f32[4])`), for errors: formatted only when one is reported.
+    pub(crate) describe: &'a dyn Fn() -> String,
+}
+
+impl Source<'_> {
+    /// Waits for the op that makes the buffer (unbooked: that time is its execute, booked by
+    /// its completion) and passes its pending index checks.
+    fn wait(&self) -> Result<()> {
+        self.buffer.wait_ready().map_err(|e| self.completion.read_error(&(self.describe)(), e))?;
+        self.completion.verify(&(self.describe)())
+    }
+}
+
+/// Copies a buffer's bytes to the host, recording the transfer.
+pub(crate) fn download(src: &Source) -> Result<Vec<u8>> {
+    src.wait()?;
     let start = Instant::now();
-    let mut bytes = vec![0u8; t.spec().size_in_bytes()];
-    buffer.to_host(&mut bytes).map_err(|e| t.completion().read_error(&t.describe(), e))?;
+    let mut bytes = vec![0u8; src.spec.size_in_bytes()];
+    src.buffer.to_host(&mut bytes).map_err(|e| src.completion.read_error(&(src.describe)(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
-    record_transfer(EventKind::DeviceToHost, "to_host", t.spec(), t.device(), start, ns);
+    record_transfer(EventKind::DeviceToHost, "to_host", src.spec, src.device, start, ns);
     Ok(bytes)
 }
 
-/// Copies a tensor to another device (same plugin: device to device; else through the host).
-pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
-    if device == t.device() {
-        return Ok(t.clone());
-    }
-    if device.kind != t.device().kind {
-        let bytes = download(t)?;
-        return upload(&bytes, t.spec().clone(), device);
-    }
-    let rt = t.runtime().clone();
+/// Copies a buffer to another device of the same plugin, recording the transfer.
+pub(crate) fn copy_to_device(src: &Source, rt: &Runtime, device: Device) -> Result<pjrt::Buffer> {
     let dev = rt.device(device)?;
-    // As in `download`: the wait for the producer is its execute, not this transfer.
-    t.buffer()?.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;
-    t.completion().verify(&t.describe())?;
+    src.wait()?;
     let start = Instant::now();
-    let buffer = t.buffer()?.copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", t.spec())))?;
-    buffer.wait_ready().map_err(|e| t.completion().read_error(&t.describe(), e))?;
+    let buffer = src.buffer.copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", src.spec)))?;
+    buffer.wait_ready().map_err(|e| src.completion.read_error(&(src.describe)(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
-    record_transfer(EventKind::DeviceToDevice, "to_device", t.spec(), device, start, ns);
-    Ok(Tensor::from_parts(buffer, t.spec().clone(), device, rt, None, Completion::ready()))
+    record_transfer(EventKind::DeviceToDevice, "to_device", src.spec, device, start, ns);
+    Ok(buffer)
 }
 
 fn record_transfer(kind: EventKind, name: &'static str, spec: &Spec, device: Device, start: Instant, ns: u64) {
-    let g = global();
     if !crate::profiler::is_enabled() {
         return;
     }
     let info = Arc::new(OpInfo { name, attrs: String::new(), inputs: vec![spec.clone()], output: spec.clone(), device });
-    g.profiler.record(kind, &info, None, start, 0, ns, spec.size_in_bytes() as u64);
-}
-
-/// Scalars kept on the device before the map is emptied (a loop uses a few constants; a
-/// sweep over many values must not grow it without bound).
-const SCALAR_CACHE_ENTRIES: usize = 1024;
-
-/// A scalar of `dtype` on `device`. Values of scalars are inputs, not attributes, so that
-/// `x * 2.0` and `x * 3.0` share one executable; each value is uploaded once and reused
-/// (tensors never change), so a training loop's `* lr` costs no transfer per step.
-pub(crate) fn scalar(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
-    let bytes = crate::dtype::encode_f64(&[value], dtype);
-    let mut bits = [0u8; 8];
-    bits[..bytes.len()].copy_from_slice(&bytes);
-    let key = (device, dtype, u64::from_le_bytes(bits));
-    let g = global();
-    if let Some(t) = lock(&g.scalars).get(&key) {
-        return Ok(t.clone());
-    }
-    let t = upload(&bytes, Spec::new(&[], dtype), device)?;
-    let mut scalars = lock(&g.scalars);
-    if scalars.len() >= SCALAR_CACHE_ENTRIES {
-        scalars.clear();
-    }
-    scalars.insert(key, t.clone());
-    Ok(t)
+    profiler().record(kind, &info, None, start, 0, ns, spec.size_in_bytes() as u64);
 }

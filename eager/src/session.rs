@@ -9,15 +9,20 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 use serde_json::{json, Value};
 
-use crate::runtime::Global;
+use std::sync::Mutex;
+
+use crate::shared::{lock, Shared};
 use crate::{cache, plugin, profiler, runtime, Device, DeviceKind};
 
 /// Env var naming the Unix socket the session's control server listens on.
 pub const CONTROL_SOCKET_ENV: &str = "EAGER_CONTROL_SOCKET";
 
-/// The session's state if this process has one (never creates it).
-fn existing_session() -> Option<&'static Global> {
-    crate::shared::in_session().then(runtime::global)
+/// The last eager error a session's cell displayed: (kind, text).
+static SHOWN_ERROR: Shared<Mutex<Option<(String, String)>>> = Shared::new("eager::session::shown_error", Default::default);
+
+/// The shown error of this process's session, if it has one (never creates it).
+fn existing_session() -> Option<&'static Mutex<Option<(String, String)>>> {
+    crate::shared::in_session().then(|| SHOWN_ERROR.get())
 }
 
 /// Notes an eager error as it is displayed, in a session's cell process (elsewhere nothing):
@@ -28,15 +33,15 @@ pub(crate) fn note_shown_error(kind: &str, text: &str) {
     if !*IN_CELL_PROCESS.get_or_init(|| std::env::var_os("EVCXR_IS_RUNTIME").is_some()) {
         return;
     }
-    if let Some(g) = existing_session() {
-        *g.shown_error.lock().unwrap_or_else(|p| p.into_inner()) = Some((kind.to_string(), text.to_string()));
+    if let Some(shown) = existing_session() {
+        *lock(shown) = Some((kind.to_string(), text.to_string()));
     }
 }
 
 /// Takes the last eager error a cell displayed: its kind (`ShapeError`, …) and text (the
 /// control socket's `take_error`).
 pub fn take_shown_error() -> Option<(String, String)> {
-    existing_session().and_then(|g| g.shown_error.lock().unwrap_or_else(|p| p.into_inner()).take())
+    existing_session().and_then(|shown| lock(shown).take())
 }
 
 /// The MIME type of the block a cell prints when it failed: JSON `{"ename", "evalue"}`
@@ -122,7 +127,6 @@ pub fn clear_output() {
 /// preload cell calls it, so the host can talk to the child before the first user op.
 pub fn attach() {
     static CONTROL: crate::shared::Shared<()> = crate::shared::Shared::new("eager::session::control", start_control_server);
-    let _ = runtime::global();
     CONTROL.get();
 }
 
@@ -159,7 +163,6 @@ fn serve(stream: UnixStream) {
 }
 
 fn handle(req: &Value) -> Result<Value, String> {
-    let g = runtime::global();
     Ok(match req["op"].as_str().unwrap_or("") {
         "seq" => json!({ "seq": profiler::next_seq() }),
         "events" => {
@@ -188,11 +191,11 @@ fn handle(req: &Value) -> Result<Value, String> {
             None => json!({}),
         },
         "interrupt" => {
-            g.set_interrupted(true);
+            runtime::interrupt();
             json!({ "ok": true })
         }
         "clear_interrupt" => {
-            g.set_interrupted(false);
+            runtime::clear_interrupt();
             json!({ "ok": true })
         }
         other => return Err(format!("unknown request {other:?}")),

@@ -285,7 +285,7 @@ fn slice_narrow_and_pad() {
     // Pad has no method of its own (it is slice's gradient): reached through the dispatcher.
     let pad = |x: &Tensor| {
         let op = Op::Pad(Pad { low: [1usize, 0].as_slice().into(), high: [0usize, 2].as_slice().into(), interior: [0usize, 1].as_slice().into() });
-        eager::runtime::dispatch(op, &[x], None)
+        eager::dispatch(op, &[x], None)
     };
     check_gradients("pad", |a| pad(&a[0]), vec![uniform(&mut rng, &[2, 3], -1.0, 1.0)]);
 }
@@ -336,7 +336,7 @@ fn cast_through_f32_and_fill() {
     );
     // Fill broadcasts its scalar input: the gradient is the sum (constructors take a value,
     // so the op is reached through the dispatcher).
-    let fill = |x: &Tensor| eager::runtime::dispatch(Op::Fill(Fill { shape: [2usize, 3].as_slice().into() }), &[x], None);
+    let fill = |x: &Tensor| eager::dispatch(Op::Fill(Fill { shape: [2usize, 3].as_slice().into() }), &[x], None);
     check_gradients("full", |a| fill(&a[0]), vec![uniform(&mut rng, &[], -1.0, 1.0)]);
 }
 

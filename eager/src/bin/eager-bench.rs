@@ -258,9 +258,9 @@ fn main() -> anyhow::Result<()> {
     let data = [1.0f32, 2.0, 3.0, 4.0];
     let x = Tensor::from_slice(&data, &[4])?;
     let y = Tensor::from_slice(&data, &[4])?;
-    let exe = runtime::executable_for(Op::Binary(Binary::Add), &[&x, &y])?;
+    let exe = eager::tensor::executable_for(Op::Binary(Binary::Add), &[&x, &y])?;
     let dev = &rt.client.devices[0];
-    let (xb, yb) = (runtime::raw_buffer(&x), runtime::raw_buffer(&y));
+    let (xb, yb) = (eager::tensor::raw_buffer(&x), eager::tensor::raw_buffer(&y));
     let raw_args = [xb, yb];
     let n = args.calls;
     let h = &mut r.hit_path;
@@ -301,7 +301,7 @@ fn main() -> anyhow::Result<()> {
     );
     h.ours_profiler_off_us = off + h.ours_us - on;
     h.key_lookup_us = time_calls(n, || {
-        runtime::lookup_only(Op::Binary(Binary::Add), &[&x, &y]);
+        eager::tensor::lookup_only(Op::Binary(Binary::Add), &[&x, &y]);
     });
     h.ours_minus_raw_us = h.ours_us - h.raw_execute_us;
 
@@ -359,8 +359,8 @@ fn main() -> anyhow::Result<()> {
     let ours = time_calls(20, || {
         a.matmul(&b).unwrap().block_until_ready().unwrap();
     });
-    let mm = runtime::executable_for(Op::Matmul(Matmul), &[&a, &b])?;
-    let mm_args = [runtime::raw_buffer(&a), runtime::raw_buffer(&b)];
+    let mm = eager::tensor::executable_for(Op::Matmul(Matmul), &[&a, &b])?;
+    let mm_args = [eager::tensor::raw_buffer(&a), eager::tensor::raw_buffer(&b)];
     let raw = time_calls(20, || {
         let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
         mm.execute_and_wait(&mm_args, dev, &mut out).unwrap();

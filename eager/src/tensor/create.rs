@@ -23,7 +23,7 @@ impl Tensor {
         if n != data.len() {
             return Err(Error::shape("from_slice", format!("{} values do not fill shape {shape:?} ({n} elements)", data.len())));
         }
-        let t = runtime::upload(as_bytes(data), Spec::new(shape, T::DTYPE), device)?;
+        let t = super::dispatch::upload(as_bytes(data), Spec::new(shape, T::DTYPE), device)?;
         Ok(t.with_host_bounds(int_bounds(as_bytes(data), T::DTYPE)))
     }
 

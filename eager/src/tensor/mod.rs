@@ -6,10 +6,13 @@
 //! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`.
 
 mod create;
+pub(crate) mod dispatch;
 mod display;
 mod methods;
 mod operators;
 mod read;
+
+pub use dispatch::{dispatch, executable_for, lookup_only, raw_buffer};
 
 use std::sync::Arc;
 
@@ -21,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::ops::{Op, Operand};
 use crate::pjrt::Buffer;
 use crate::profiler::OpInfo;
-use crate::runtime::{self, dispatch, Completion, Runtime};
+use crate::runtime::{Completion, Runtime};
 use crate::shape::Spec;
 
 /// A tensor on a device. Cloning is cheap (the buffer is shared).
@@ -207,13 +210,13 @@ impl Operand for Tensor {
     }
     #[inline]
     fn apply(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
-        dispatch(op, inputs, device)
+        dispatch::dispatch(op, inputs, device)
     }
     fn scalar_on(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
-        runtime::scalar(value, dtype, device)
+        dispatch::scalar(value, dtype, device)
     }
     fn rng_state(device: Device) -> Result<Tensor> {
-        runtime::rng_state_tensor(device)
+        dispatch::rng_state_tensor(device)
     }
     fn host_bounds(&self) -> Option<(i64, i64)> {
         self.inner.host_bounds

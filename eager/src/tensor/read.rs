@@ -7,14 +7,13 @@ use ndarray::{ArrayD, IxDyn};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::runtime;
 
 use super::Tensor;
 
 impl Tensor {
     /// Copies to `device`.
     pub fn to(&self, device: Device) -> Result<Tensor> {
-        runtime::copy_to(self, device)
+        super::dispatch::copy_to(self, device)
     }
 
     /// The values, row-major. `T` must be this tensor's dtype.
@@ -25,13 +24,13 @@ impl Tensor {
                 format!("asked for {} values of a {} tensor; convert with .to_dtype(DType::{:?}) first", T::DTYPE, self.dtype(), T::DTYPE),
             ));
         }
-        let bytes = runtime::download(self)?;
+        let bytes = super::dispatch::download(self)?;
         Ok(decode(&bytes))
     }
 
     /// The values as `f64`, whatever the dtype.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        let bytes = runtime::download(self)?;
+        let bytes = super::dispatch::download(self)?;
         Ok(decode_f64(&bytes, self.dtype()))
     }
 

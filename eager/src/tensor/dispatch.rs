@@ -1,0 +1,164 @@
+//! Where a tensor meets the runtime: [`dispatch`] runs one op now (trace → autograd →
+//! execute → wrap), transfers wrap buffers as tensors, and scalars are uploaded once per value.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use smallvec::SmallVec;
+
+use crate::cache::OpKey;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::Op;
+use crate::runtime::{self, default_device, Arg, Completion, Source};
+use crate::shape::Spec;
+use crate::shared::{lock, Shared};
+
+use super::Tensor;
+
+/// Runs `op` on `inputs` now: the result comes back at once, computed asynchronously (reads
+/// wait for it). Inside a compiled function being traced, records the op instead; with inputs
+/// that track gradients, records its autograd node. `device` places an op without inputs.
+pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
+    if inputs.iter().any(|t| t.trace_ref().is_some()) {
+        return crate::compile::record_op(op, inputs);
+    }
+    let node = crate::autograd::record(&op, inputs);
+    let mut outs = dispatch_all(op, inputs, device)?;
+    Ok(outs.swap_remove(0).with_node(node))
+}
+
+/// [`dispatch`] for ops with any number of outputs (a compiled function's call).
+pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<SmallVec<[Tensor; 1]>> {
+    let start = Instant::now();
+    runtime::check_interrupt(op.name())?;
+    let (rt, device) = match inputs.first() {
+        Some(t) => (t.runtime().clone(), t.device()),
+        None => {
+            let d = device.unwrap_or_else(default_device);
+            (runtime::runtime(d.kind)?, d)
+        }
+    };
+    if let Some(other) = inputs.iter().find(|t| t.device() != device) {
+        return Err(Error::invalid(
+            op.name(),
+            format!("expected all tensors on one device, got {device} and {}; move one with .to(..)", other.device()),
+        ));
+    }
+    let args: SmallVec<[Arg; 4]> =
+        inputs.iter().map(|t| Ok(Arg { buffer: t.buffer()?, completion: t.completion() })).collect::<Result<_>>()?;
+    let key = OpKey::new(op, inputs.iter().map(|t| t.spec()), device);
+    let launched = runtime::execute(&rt, device, key, &args, start)?;
+    let (info, completion) = (launched.info, launched.completion);
+    Ok(launched
+        .outputs
+        .into_iter()
+        .map(|(buffer, spec)| Tensor::from_parts(buffer, spec, device, rt.clone(), Some(info.clone()), completion.clone()))
+        .collect())
+}
+
+/// The executable `op` runs for `inputs` (compiling it if needed): for benchmarks that time
+/// the raw PJRT execute of exactly what a dispatch runs.
+#[doc(hidden)]
+pub fn executable_for(op: Op, inputs: &[&Tensor]) -> Result<Arc<crate::pjrt::Executable>> {
+    let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
+    let rt = runtime::runtime(device.kind)?;
+    let key = OpKey::new(op, inputs.iter().map(|t| t.spec()), device);
+    Ok(runtime::executable(&rt, key, Instant::now())?.0)
+}
+
+/// Builds the key of `op` on `inputs` and looks it up, as a dispatch does, and nothing else:
+/// for benchmarks that take the hit path apart. Returns whether it hit.
+#[doc(hidden)]
+pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
+    let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
+    let key = OpKey::new(op, inputs.iter().map(|t| t.spec()), device);
+    crate::cache::cache().lookup(&key).is_some()
+}
+
+/// The PJRT buffer under `t`, for benchmarks that execute raw.
+#[doc(hidden)]
+pub fn raw_buffer(t: &Tensor) -> *mut crate::pjrt::ffi::PJRT_Buffer {
+    t.buffer().expect("a tensor with values").raw()
+}
+
+/// A fresh `u64[2]` random state on `device` (inside a trace: a parameter drawn per call).
+pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
+    if let Some(t) = crate::compile::traced_rng_state(device) {
+        return Ok(t);
+    }
+    let state = runtime::next_rng_state();
+    upload(crate::dtype::as_bytes(&state), Spec::new(&[2], DType::U64), device)
+}
+
+/// Copies host bytes (dense, row-major, of `spec`) to `device` as a tensor.
+pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor> {
+    let (buffer, rt) = runtime::upload(bytes, &spec, device)?;
+    Ok(Tensor::from_parts(buffer, spec, device, rt, None, Completion::ready()))
+}
+
+impl Tensor {
+    /// This tensor as a buffer to read (see [`runtime::Source`]).
+    fn with_source<T>(&self, f: impl FnOnce(&Source) -> Result<T>) -> Result<T> {
+        let describe = || self.describe();
+        let src = Source {
+            buffer: self.buffer()?,
+            completion: self.completion(),
+            spec: self.spec(),
+            device: self.device(),
+            describe: &describe,
+        };
+        f(&src)
+    }
+}
+
+/// A tensor's bytes on the host (waiting for the op that makes it).
+pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
+    t.with_source(runtime::download)
+}
+
+/// Copies a tensor to another device (same plugin: device to device; else through the host).
+pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
+    if device == t.device() {
+        return Ok(t.clone());
+    }
+    if device.kind != t.device().kind {
+        let bytes = download(t)?;
+        return upload(&bytes, t.spec().clone(), device);
+    }
+    let rt = t.runtime().clone();
+    let buffer = t.with_source(|src| runtime::copy_to_device(src, &rt, device))?;
+    Ok(Tensor::from_parts(buffer, t.spec().clone(), device, rt, None, Completion::ready()))
+}
+
+/// Scalars kept on the device before the map is emptied (a loop uses a few constants; a
+/// sweep over many values must not grow it without bound).
+const SCALAR_CACHE_ENTRIES: usize = 1024;
+
+/// Scalars already on a device, by (device, dtype, bits of the value).
+type ScalarCache = Mutex<HashMap<(Device, DType, u64), Tensor>>;
+
+static SCALARS: Shared<ScalarCache> = Shared::new("eager::tensor::ScalarCache", ScalarCache::default);
+
+/// A scalar of `dtype` on `device`. Values of scalars are inputs, not attributes, so that
+/// `x * 2.0` and `x * 3.0` share one executable; each value is uploaded once and reused
+/// (tensors never change), so a training loop's `* lr` costs no transfer per step.
+pub(crate) fn scalar(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+    let bytes = crate::dtype::encode_f64(&[value], dtype);
+    let mut bits = [0u8; 8];
+    bits[..bytes.len()].copy_from_slice(&bytes);
+    let key = (device, dtype, u64::from_le_bytes(bits));
+    let scalars = SCALARS.get();
+    if let Some(t) = lock(scalars).get(&key) {
+        return Ok(t.clone());
+    }
+    let t = upload(&bytes, Spec::new(&[], dtype), device)?;
+    let mut map = lock(scalars);
+    if map.len() >= SCALAR_CACHE_ENTRIES {
+        map.clear();
+    }
+    map.insert(key, t.clone());
+    Ok(t)
+}
