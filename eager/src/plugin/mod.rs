@@ -241,7 +241,7 @@ fn unpack(wheel: &Path, member: &str, out: &Path) -> io::Result<()> {
 struct TempDir(PathBuf);
 
 fn tempdir_in(dir: &Path) -> io::Result<TempDir> {
-    let p = dir.join(format!(".fetch-{}-{}", std::process::id(), crate::profiler::now_ns()));
+    let p = dir.join(format!(".fetch-{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())));
     fs::create_dir_all(&p)?;
     Ok(TempDir(p))
 }

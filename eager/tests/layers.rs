@@ -1,0 +1,85 @@
+//! The library's layers have no back-edges: no module of `eager/src` names a module of a
+//! layer above its own (read from the source, comments aside). Bottom up, as the README's map:
+//! dtype, shape, device, shared → error, pjrt, plugin → ops → cache, disk_cache, profiler,
+//! runtime → tensor, autograd, compile, var → nn, optim, io.
+
+use std::path::Path;
+
+const LAYERS: &[&[&str]] = &[
+    &["dtype", "shape", "device", "shared"],
+    &["error", "pjrt", "plugin"],
+    &["ops"],
+    &["cache", "disk_cache", "profiler", "runtime"],
+    &["tensor", "autograd", "compile", "var"],
+    &["nn", "optim", "io"],
+    &["session"],
+];
+
+fn layer(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// Every `.rs` file under `dir` with the top module it belongs to.
+fn sources(dir: &Path, top: Option<&str>, out: &mut Vec<(String, std::path::PathBuf)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        if path.is_dir() {
+            sources(&path, Some(top.unwrap_or(&stem)), out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push((top.unwrap_or(&stem).to_string(), path));
+        }
+    }
+}
+
+/// The top modules a source names through `crate::…` (comments left out).
+fn named_modules(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            if rest.starts_with('{') {
+                // `use crate::{a, b::c}`: every name in the group.
+                let group = &rest[1..rest.find('}').unwrap_or(rest.len())];
+                names.extend(group.split(',').map(|n| n.trim().split("::").next().unwrap_or("").to_string()));
+            } else {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn no_module_imports_one_above_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, None, &mut files);
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for (module, path) in &files {
+        if path.starts_with(src.join("bin")) || module == "lib" {
+            continue;
+        }
+        let own = layer(module).unwrap_or_else(|| panic!("{}: module `{module}` is in no layer of this test", path.display()));
+        for name in named_modules(&std::fs::read_to_string(path).unwrap()) {
+            if let Some(l) = layer(&name) {
+                checked += 1;
+                if l > own {
+                    wrong.push(format!("{} (layer {own}) names `{name}` (layer {l})", path.display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "too few imports read ({checked}): is the parser still right?");
+    assert!(wrong.is_empty(), "back-edges:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_parser_reads_groups_and_paths() {
+    let names = named_modules("use crate::{ops::Op, shape::Spec};\nlet x = crate::runtime::runtime(k); // crate::nn\n");
+    assert_eq!(names, ["ops", "shape", "runtime"]);
+}
