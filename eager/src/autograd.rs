@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::ops::Op;
-use crate::shared::Shared;
+use crate::shared::{lock, Shared};
 use crate::tensor::Tensor;
 
 /// How a tensor was computed, kept while gradients may flow through it.
@@ -47,12 +47,12 @@ impl GradMode {
         if self.active.load(Ordering::Acquire) == 0 {
             return true;
         }
-        let depth = self.depth.lock().unwrap_or_else(|p| p.into_inner());
+        let depth = lock(&self.depth);
         !depth.contains_key(&std::thread::current().id())
     }
 
     fn enter(&self) {
-        let mut depth = self.depth.lock().unwrap_or_else(|p| p.into_inner());
+        let mut depth = lock(&self.depth);
         let d = depth.entry(std::thread::current().id()).or_insert(0);
         if *d == 0 {
             self.active.fetch_add(1, Ordering::AcqRel);
@@ -61,7 +61,7 @@ impl GradMode {
     }
 
     fn exit(&self) {
-        let mut depth = self.depth.lock().unwrap_or_else(|p| p.into_inner());
+        let mut depth = lock(&self.depth);
         let id = std::thread::current().id();
         if let Some(d) = depth.get_mut(&id) {
             *d -= 1;
@@ -205,12 +205,12 @@ impl Tensor {
 
     /// The gradient accumulated by `backward()` calls (leaves only), if any.
     pub fn grad(&self) -> Option<Tensor> {
-        self.grad_state().grad.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.grad_state().grad).clone()
     }
 
     /// Forgets the accumulated gradient.
     pub fn zero_grad(&self) {
-        *self.grad_state().grad.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *lock(&self.grad_state().grad) = None;
     }
 
     pub(crate) fn node(&self) -> Option<&Node> {
@@ -239,7 +239,7 @@ impl Tensor {
         for t in order.iter().rev() {
             let Some(g) = grads.remove(&key(t)) else { continue };
             if t.requires_grad() {
-                let mut slot = t.grad_state().grad.lock().unwrap_or_else(|p| p.into_inner());
+                let mut slot = lock(&t.grad_state().grad);
                 accumulate(&mut slot, g.clone())?;
             }
             let Some(node) = t.node() else { continue };

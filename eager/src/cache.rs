@@ -14,7 +14,7 @@ use crate::ops::Op;
 use crate::pjrt::Executable;
 use crate::profiler::OpInfo;
 use crate::shape::Spec;
-use crate::shared::Shared;
+use crate::shared::{lock, Shared};
 
 /// What identifies one compiled program.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -133,7 +133,7 @@ impl Cache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
     /// A hit returns the executable and its info and counts the hit. A miss is counted when

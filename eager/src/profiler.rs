@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::device::Device;
 use crate::shape::Spec;
-use crate::shared::Shared;
+use crate::shared::{lock, Shared};
 
 /// What an op (or transfer) is: name, attributes, input and output specs, device. Shared by
 /// all events of one cache key, so recording an event copies one pointer.
@@ -58,7 +58,7 @@ impl<'de> serde::Deserialize<'de> for OpInfo {
 pub(crate) fn intern(name: String) -> &'static str {
     use std::collections::HashSet;
     static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    let mut names = lock(&NAMES);
     let names = names.get_or_insert_with(HashSet::new);
     match names.get(name.as_str()) {
         Some(n) => n,
@@ -199,7 +199,7 @@ impl Profiler {
             return None;
         }
         let start_ns = self.ns_since(start);
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = lock(&self.log);
         let seq = log.next_seq;
         log.next_seq += 1;
         if log.events.len() >= log.capacity {
@@ -214,7 +214,7 @@ impl Profiler {
 
     /// Sets the device time of event `seq` once its op finished (if it is still in the log).
     pub(crate) fn complete(&self, seq: u64, execute_ns: u64) {
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = lock(&self.log);
         let Some(first) = log.events.front().map(|e| e.seq) else { return };
         if let Some(e) = seq.checked_sub(first).and_then(|i| log.events.get_mut(i as usize)) {
             if e.seq == seq {
@@ -250,38 +250,38 @@ pub fn wait_for_ops() {
 /// finished, so that their device times are final).
 pub fn events() -> Vec<Event> {
     wait_for_ops();
-    let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    let log = lock(&profiler().log);
     log.events.iter().cloned().collect()
 }
 
 /// A copy of the events whose `seq` is at least `seq` (see [`next_seq`]).
 pub fn events_since(seq: u64) -> Vec<Event> {
     wait_for_ops();
-    let log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    let log = lock(&profiler().log);
     let skip = log.events.partition_point(|e| e.seq < seq);
     log.events.iter().skip(skip).cloned().collect()
 }
 
 /// The `seq` the next event will get: a mark to read [`events_since`] from.
 pub fn next_seq() -> u64 {
-    profiler().log.lock().unwrap_or_else(|p| p.into_inner()).next_seq
+    lock(&profiler().log).next_seq
 }
 
 /// Empties the log (sequence numbers go on).
 pub fn reset() {
-    let mut log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut log = lock(&profiler().log);
     log.events.clear();
     log.dropped = 0;
 }
 
 /// Number of events pushed out of the full log since the last reset.
 pub fn dropped() -> u64 {
-    profiler().log.lock().unwrap_or_else(|p| p.into_inner()).dropped
+    lock(&profiler().log).dropped
 }
 
 /// Sets how many events the log keeps (0 keeps none).
 pub fn set_capacity(capacity: usize) {
-    let mut log = profiler().log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut log = lock(&profiler().log);
     log.capacity = capacity;
     while log.events.len() > capacity {
         log.events.pop_front();
@@ -290,7 +290,7 @@ pub fn set_capacity(capacity: usize) {
 }
 
 pub fn capacity() -> usize {
-    profiler().log.lock().unwrap_or_else(|p| p.into_inner()).capacity
+    lock(&profiler().log).capacity
 }
 
 /// Turns recording on or off (on by default; `EAGER_PROFILE_OFF` starts it off).

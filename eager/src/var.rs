@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
 use crate::tensor::Tensor;
+use crate::shared::lock;
 
 /// A named, shared, mutable tensor slot. Cloning shares the slot.
 #[derive(Clone)]
@@ -51,7 +52,7 @@ impl Var {
 
     /// The value in the slot, whatever is being traced.
     pub(crate) fn current(&self) -> Tensor {
-        self.inner.value.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.inner.value).clone()
     }
 
     /// Replaces the value (same shape and dtype expected by compiled functions that read it;
@@ -62,7 +63,7 @@ impl Var {
             let grad = self.get().grad();
             let leaf = value.detach().set_requires_grad(true)?;
             if let Some(g) = grad {
-                *leaf.grad_state().grad.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
+                *lock(&leaf.grad_state().grad) = Some(g);
             }
             leaf
         } else {
@@ -76,7 +77,7 @@ impl Var {
     }
 
     pub(crate) fn set_current(&self, value: Tensor) {
-        *self.inner.value.lock().unwrap_or_else(|p| p.into_inner()) = value;
+        *lock(&self.inner.value) = value;
     }
 
     /// The gradient accumulated into the current value, if any.

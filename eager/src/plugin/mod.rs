@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crate::device::DeviceKind;
 use crate::pjrt::{Api, Client, LoadError, OptionValue, PjrtError};
+use crate::shared::lock;
 
 /// Why no plugin could be had, or it did not start.
 #[derive(Debug, thiserror::Error)]
@@ -312,7 +313,7 @@ fn loaded_api(path: &Path) -> crate::Result<Arc<Api>> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     static LOADED: OnceLock<Mutex<HashMap<PathBuf, Arc<Api>>>> = OnceLock::new();
-    let mut loaded = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut loaded = lock(&LOADED.get_or_init(Default::default));
     let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     if let Some(api) = loaded.get(&key) {
         return Ok(api.clone());
