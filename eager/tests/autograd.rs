@@ -7,7 +7,7 @@
 //! element matters) and compares each input's `.grad()` with finite differences of the same
 //! weighted sum, evaluated through eager ops under `no_grad` and read back to the host.
 
-use std::sync::{Mutex, MutexGuard};
+mod common;
 
 use eager::ops::{Binary, Fill, Op, Pad, Unary};
 use eager::prelude::*;
@@ -19,12 +19,6 @@ use rand::{Rng, SeedableRng};
 
 const SEED: u64 = 0x9_7ad;
 
-/// The cache counters and the profiler log are process-wide: tests of this file run one at
-/// a time so that one test's compiles and events are not another's.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 // ----- inputs ---------------------------------------------------------------------------------
 
@@ -134,7 +128,7 @@ type UnaryMethod = fn(&Tensor) -> Result<Tensor>;
 
 #[test]
 fn every_unary_op() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     for &u in Unary::ALL {
         // Exhaustive: a new variant does not compile until it is checked here.
@@ -160,7 +154,7 @@ fn every_unary_op() {
 
 #[test]
 fn every_binary_op_with_broadcasting() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let cases: &[(&[usize], &[usize])] = &[(&[2, 3], &[2, 3]), (&[2, 3], &[3]), (&[2, 3], &[2, 1]), (&[3, 1], &[1, 4]), (&[2, 3], &[]), (&[3], &[2, 2, 3])];
     for &b in Binary::ALL {
@@ -183,7 +177,7 @@ fn every_binary_op_with_broadcasting() {
 
 #[test]
 fn maximum_and_minimum_split_the_gradient_at_ties() {
-    let _serial = serial();
+    let _serial = common::serial();
     // Central differences at a tie give 1/2 to each side: torch's convention, and the rule's.
     let a = array(&[4], &[1.0, 2.0, -3.0, 0.5]);
     let b = array(&[4], &[1.0, 0.0, -3.0, 4.0]);
@@ -193,7 +187,7 @@ fn maximum_and_minimum_split_the_gradient_at_ties() {
 
 #[test]
 fn where_sends_the_gradient_to_the_branch_taken() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let cond = Tensor::from_slice(&[true, false, true, false, false, true], &[2, 3]).unwrap();
     let cases: &[(&[usize], &[usize])] = &[(&[2, 3], &[2, 3]), (&[3], &[2, 1]), (&[2, 3], &[])];
@@ -205,7 +199,7 @@ fn where_sends_the_gradient_to_the_branch_taken() {
 
 #[test]
 fn a_tensor_used_twice_sums_its_gradients() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let x = uniform(&mut rng, &[2, 3], -1.0, 1.0);
     check_gradients("x * exp(x) + sin(x) * x", |a| a[0].mul(&a[0].exp()?)?.add(&a[0].sin()?.mul(&a[0])?), vec![x]);
@@ -215,7 +209,7 @@ fn a_tensor_used_twice_sums_its_gradients() {
 
 #[test]
 fn matmul_2d_batched_and_vector() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let cases: &[(&[usize], &[usize])] = &[(&[2, 3], &[3, 4]), (&[3, 2, 4], &[4, 2]), (&[2, 4], &[3, 4, 2]), (&[2, 3], &[3]), (&[3], &[3, 2])];
     for &(sa, sb) in cases {
@@ -226,7 +220,7 @@ fn matmul_2d_batched_and_vector() {
 
 #[test]
 fn reductions_over_dims_with_and_without_keepdim() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     type Reduction = fn(&Tensor, &[isize], bool) -> Result<Tensor>;
     let ops: [(&str, Reduction); 4] = [("sum", Tensor::sum), ("mean", Tensor::mean), ("max", Tensor::max), ("min", Tensor::min)];
@@ -246,7 +240,7 @@ fn reductions_over_dims_with_and_without_keepdim() {
 
 #[test]
 fn softmax_and_log_softmax() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     for dim in [-1isize, 0] {
         let x = uniform(&mut rng, &[3, 4], -2.0, 2.0);
@@ -259,7 +253,7 @@ fn softmax_and_log_softmax() {
 
 #[test]
 fn reshape_permute_and_broadcast() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let x = uniform(&mut rng, &[3, 4, 2], -1.0, 1.0);
     check_gradients("reshape", |a| a[0].reshape(&[4, -1]), vec![x.clone()]);
@@ -274,7 +268,7 @@ fn reshape_permute_and_broadcast() {
 
 #[test]
 fn slice_narrow_and_pad() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let x = uniform(&mut rng, &[3, 5, 2], -1.0, 1.0);
     check_gradients("slice step 2", |a| a[0].slice(1, 0, 5, 2), vec![x.clone()]);
@@ -292,7 +286,7 @@ fn slice_narrow_and_pad() {
 
 #[test]
 fn index_select_adds_up_repeated_indices() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let x = uniform(&mut rng, &[3, 4], -1.0, 1.0);
     let rows = Tensor::from_vec(vec![2i64, 0, 2, 2]).unwrap();
@@ -308,7 +302,7 @@ fn index_select_adds_up_repeated_indices() {
 
 #[test]
 fn cat_splits_the_gradient() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     for (dim, shapes) in [(0isize, [[1usize, 3], [2, 3], [3, 3]]), (1, [[2, 1], [2, 2], [2, 3]])] {
         let inputs: Vec<ArrayD<f64>> = shapes.iter().map(|s| uniform(&mut rng, s, -1.0, 1.0)).collect();
@@ -318,7 +312,7 @@ fn cat_splits_the_gradient() {
 
 #[test]
 fn cast_through_f32_and_fill() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     // f32 rounds values by 2^-24 relative: over a step of 2e-2 that is ~1e-5 of the
     // derivative, and the gradient itself passes through f32. A quadratic has no truncation
@@ -344,7 +338,7 @@ fn cast_through_f32_and_fill() {
 
 #[test]
 fn gelu_layer_norm_cross_entropy_and_mse() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     check_gradients("gelu", |a| nn::gelu(&a[0]), vec![uniform(&mut rng, &[2, 3], -3.0, 3.0)]);
 
@@ -370,7 +364,7 @@ fn gelu_layer_norm_cross_entropy_and_mse() {
 
 #[test]
 fn comparisons_and_argmax_carry_no_gradient() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let x = upload(&array(&[2, 3], &[0.5, -1.0, 2.0, -0.3, 1.5, -2.0])).set_requires_grad(true)?;
     assert!(!x.gt_scalar(0.0)?.tracks_grad(), "a comparison's result tracks gradients");
     assert!(!x.argmax(Some(1), false)?.tracks_grad(), "argmax's result tracks gradients");
@@ -390,7 +384,7 @@ fn comparisons_and_argmax_carry_no_gradient() -> Result<()> {
 
 #[test]
 fn detach_cuts_the_graph() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let x = upload(&array(&[3], &[1.0, -2.0, 3.0])).set_requires_grad(true)?;
     // d/dx (x * c) with c = x detached is c, not 2x.
     x.mul(&x.detach())?.sum_all()?.backward()?;
@@ -401,7 +395,7 @@ fn detach_cuts_the_graph() -> Result<()> {
 
 #[test]
 fn bad_backward_calls_are_clear_errors() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let x = Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3])?.set_requires_grad(true)?;
     let y = x.mul_scalar(2.0)?;
     match y.backward() {
@@ -420,7 +414,7 @@ fn bad_backward_calls_are_clear_errors() -> Result<()> {
 
 #[test]
 fn gradients_accumulate_until_zeroed() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let x = Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3])?.set_requires_grad(true)?;
     let loss = || x.mul(&x).and_then(|s| s.sum_all());
     loss()?.backward()?;
@@ -436,7 +430,7 @@ fn gradients_accumulate_until_zeroed() -> Result<()> {
 
 #[test]
 fn no_grad_runs_ops_and_records_no_graph() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let x = Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3])?.set_requires_grad(true)?;
     let mark = profiler::next_seq();
     let (y, z) = no_grad(|| -> Result<_> {
@@ -464,7 +458,7 @@ fn no_grad_runs_ops_and_records_no_graph() -> Result<()> {
 
 #[test]
 fn backward_ops_go_through_the_single_op_cache() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     // Shapes no other test uses, so these keys are this test's.
     let a = Tensor::rand(&[5, 7], DType::F32)?.set_requires_grad(true)?;
     let b = Tensor::rand(&[7, 3], DType::F32)?.set_requires_grad(true)?;

@@ -24,30 +24,9 @@ use serde_json::{json, Value};
 
 const SEED: u64 = 0xd1ff_5eed;
 
-const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
-const NUMERIC: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-    DType::U64,
-];
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-    DType::U64,
-    DType::Bool,
-];
+mod common;
+
+use common::{ALL, FLOATS, NUMERIC};
 
 // ----- host values ----------------------------------------------------------------------------
 

@@ -16,17 +16,11 @@ use rand::{Rng, SeedableRng};
 
 const SEED: u64 = 0x0e4_6e5;
 
-const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
+mod common;
+
+use common::{ALL, FLOATS, NUMERIC};
+
 const INTS: &[DType] = &[DType::I32, DType::I64, DType::U8, DType::U32, DType::U64];
-/// Ints and floats: what arithmetic takes.
-const NUMERIC: &[DType] = &[
-    DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::U32, DType::U64,
-];
-/// Every dtype: what movement ops, `where`, `eq` and `ne` take.
-const ALL: &[DType] = &[
-    DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::U32, DType::U64,
-    DType::Bool,
-];
 /// The dtypes casts are checked among.
 const CASTABLE: &[DType] =
     &[DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64, DType::U8, DType::Bool];
@@ -281,10 +275,8 @@ fn tol(dtype: DType) -> Tol {
 fn assert_close(what: &str, got: &Tensor, want: &ArrayD<f64>, t: Tol) {
     assert_eq!(got.shape(), want.shape(), "{what}: wrong shape");
     let values = got.to_f64_vec().unwrap_or_else(|e| panic!("{what}: reading back: {e}"));
-    for (i, (&g, &w)) in values.iter().zip(want.iter()).enumerate() {
-        let ok = g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= t.atol + t.rtol * w.abs();
-        assert!(ok, "{what}: element {i} of {} is {g}, expected {w} (rtol {}, atol {})", values.len(), t.rtol, t.atol);
-    }
+    let want: Vec<f64> = want.iter().copied().collect();
+    common::assert_all_close(what, &values, &want, t.rtol, t.atol);
 }
 
 /// How to check one op: its dtypes, input domains, result dtype and tolerance.

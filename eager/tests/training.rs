@@ -3,7 +3,7 @@
 //! executable; dropout masks follow the seed; Embedding + LayerNorm and the optimizers'
 //! updates against host computations in f64.
 
-use std::sync::{Mutex, MutexGuard};
+mod common;
 
 use eager::nn::{Dropout, Embedding, LayerNorm, Linear, Sequential};
 use eager::optim::{Adam, Sgd};
@@ -14,12 +14,6 @@ use rand::{Rng, SeedableRng};
 
 const SEED: u64 = 0x7_a1e;
 
-/// The random generator, the cache counters and the profiler log are process-wide: tests of
-/// this file run one at a time so that one test's draws and events are not another's.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Two interleaved half circles ("two moons"), `n` points, classes alternating, with uniform
 /// noise: not linearly separable, easy for a small MLP. Points `[n, 2]` f32 and labels `[n]` i64.
@@ -71,7 +65,7 @@ fn parameters(model: &dyn Module) -> Result<Vec<(String, Vec<f32>)>> {
 
 #[test]
 fn an_mlp_learns_two_moons_with_sgd_and_with_adam() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let (x, y, labels) = data(256)?;
     for name in ["sgd", "adam"] {
         let model = mlp(SEED)?;
@@ -96,7 +90,7 @@ fn an_mlp_learns_two_moons_with_sgd_and_with_adam() -> Result<()> {
 
 #[test]
 fn a_compiled_step_equals_the_eager_step_and_runs_as_one_executable() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let (x, y, _) = data(64)?;
     for name in ["sgd_step", "adam_step"] {
         let optimizer = |model: &Sequential| -> Result<Box<dyn Optimizer>> {
@@ -145,7 +139,7 @@ fn a_compiled_step_equals_the_eager_step_and_runs_as_one_executable() -> Result<
 
 #[test]
 fn dropout_masks_follow_the_seed_and_are_fresh_per_compiled_call() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let dropout = Dropout::new(0.5)?;
     let ones = Tensor::ones(&[256], DType::F32)?;
     let mask = |t: &Tensor| -> Result<Vec<f32>> {
@@ -182,15 +176,13 @@ fn normalize(row: &[f64], eps: f64) -> (Vec<f64>, f64) {
 }
 
 fn assert_close(what: &str, got: &[f32], want: &[f64], rtol: f64, atol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (k, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!((g as f64 - w).abs() <= atol + rtol * w.abs(), "{what}[{k}] is {g}, expected {w}");
-    }
+    let got: Vec<f64> = got.iter().map(|&g| g as f64).collect();
+    common::assert_all_close(what, &got, want, rtol, atol);
 }
 
 #[test]
 fn embedding_and_layer_norm_forward_and_backward_against_the_host() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     manual_seed(SEED);
     let (count, dim) = (10, 4);
     let emb = Embedding::new(count, dim)?;
@@ -264,7 +256,7 @@ impl HostAdam {
 
 #[test]
 fn adam_adamw_and_sgd_updates_against_the_host() -> Result<()> {
-    let _serial = serial();
+    let _serial = common::serial();
     let p0 = [1.0f64, -2.0, 0.5, 3.0];
     // Gradients known exactly: d/dp sum(p * c) = c, a different c at each of three steps.
     let grads = [[0.5f64, -2.0, 1e-3, 0.0], [0.25, 1.0, -0.5, 2.0], [-1.0, 0.5, 0.5, -0.125]];
