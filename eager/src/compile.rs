@@ -220,8 +220,11 @@ struct Traced {
 pub struct Compiled<F> {
     name: &'static str,
     f: F,
-    traces: Mutex<HashMap<(SmallVec<[Spec; 4]>, Device), Arc<Traced>>>,
+    traces: Mutex<HashMap<Signature, Arc<Traced>>>,
 }
+
+/// What a compiled function is traced once per: its arguments' specs and the device.
+type Signature = (SmallVec<[Spec; 4]>, Device);
 
 /// Compiles `f`: the first call with given argument shapes and dtypes traces it into one
 /// StableHLO program; every call runs that program as one executable. `f` must compute its

@@ -234,6 +234,8 @@ impl Sequential {
     }
 
     /// Appends a layer (builder style).
+    // torch's name; `Sequential` is no number, so `+` would not read as this.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, layer: impl Module + 'static) -> Sequential {
         self.layers.push(Box::new(layer));
         self

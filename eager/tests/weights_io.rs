@@ -395,7 +395,7 @@ fn npy_header_layout_aligns_the_data_for_any_shape() -> Result<()> {
 /// A v1.0 .npy file with `header` (padded as NumPy pads) and `data`.
 fn npy_with_header(header: &str, data: &[u8]) -> Vec<u8> {
     let mut text = header.to_string();
-    while (10 + text.len() + 1) % 64 != 0 {
+    while !(10 + text.len() + 1).is_multiple_of(64) {
         text.push(' ');
     }
     text.push('\n');

@@ -274,7 +274,7 @@ fn infer_shape(shape: &[isize], numel: usize) -> Result<Shape> {
     let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
     let mut out: Shape = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(&i) = unknown.first() {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::shape("reshape", format!("cannot reshape {numel} elements to {shape:?}")));
         }
         out[i] = numel / known;

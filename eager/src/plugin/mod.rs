@@ -313,7 +313,7 @@ fn loaded_api(path: &Path) -> crate::Result<Arc<Api>> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     static LOADED: OnceLock<Mutex<HashMap<PathBuf, Arc<Api>>>> = OnceLock::new();
-    let mut loaded = lock(&LOADED.get_or_init(Default::default));
+    let mut loaded = lock(LOADED.get_or_init(Default::default));
     let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     if let Some(api) = loaded.get(&key) {
         return Ok(api.clone());
