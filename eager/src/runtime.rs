@@ -33,7 +33,7 @@ pub struct Runtime {
 
 impl Runtime {
     /// The PJRT device behind `device`, or a clear error naming the devices there are.
-    pub(crate) fn device(&self, device: Device) -> Result<&DeviceInfo> {
+    pub fn device(&self, device: Device) -> Result<&DeviceInfo> {
         self.client.devices.get(device.index).ok_or_else(|| {
             Error::invalid(
                 "device",
@@ -70,8 +70,6 @@ pub(crate) struct Global {
     scalars: Mutex<HashMap<(Device, DType, u64), Tensor>>,
     /// The compiled function being traced, if any.
     pub(crate) tracer: crate::compile::Tracer,
-    /// The last eager error a session's cell displayed: (kind, text) (see `session`).
-    pub(crate) shown_error: Mutex<Option<(String, String)>>,
 }
 
 impl Global {
@@ -92,7 +90,6 @@ impl Global {
             grad_mode: Default::default(),
             scalars: Mutex::new(HashMap::new()),
             tracer: Default::default(),
-            shown_error: Mutex::new(None),
         }
     }
 
@@ -166,6 +163,12 @@ pub fn default_device() -> Device {
 
 pub fn set_default_device(device: Device) {
     *lock(&global().default_device) = device;
+}
+
+/// Makes every dispatch fail with `interrupted` until cleared (a session's control server).
+#[doc(hidden)]
+pub fn set_interrupted(on: bool) {
+    global().set_interrupted(on);
 }
 
 /// Seeds the on-device random number generator.

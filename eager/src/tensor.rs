@@ -844,17 +844,6 @@ impl fmt::Debug for Tensor {
     }
 }
 
-impl Tensor {
-    /// How evcxr (the REPL, the Jupyter kernel) shows a tensor that ends a cell: the text, and
-    /// the same in HTML for notebooks.
-    pub fn evcxr_display(&self) {
-        let text = self.to_string();
-        let html = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-        println!("EVCXR_BEGIN_CONTENT text/plain\n{text}\nEVCXR_END_CONTENT");
-        println!("EVCXR_BEGIN_CONTENT text/html\n<pre class=\"eager-tensor\">{html}</pre>\nEVCXR_END_CONTENT");
-    }
-}
-
 /// One formatter for all elements, so columns line up: fixed 4 decimals for floats unless
 /// magnitudes call for scientific notation; plain integers; `true`/`false`.
 fn element_formatter(values: &[f64], dtype: DType) -> impl Fn(f64) -> String {
