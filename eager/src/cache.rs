@@ -79,13 +79,6 @@ impl CacheStats {
     }
 }
 
-impl CacheStats {
-    /// How evcxr (the REPL, the Jupyter kernel) shows stats that end a cell: one line.
-    pub fn evcxr_display(&self) {
-        println!("EVCXR_BEGIN_CONTENT text/plain\n{self}\nEVCXR_END_CONTENT");
-    }
-}
-
 impl std::fmt::Display for CacheStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

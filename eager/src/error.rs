@@ -84,9 +84,31 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let text = self.message();
         // evcxr prints a cell's `?` error with Display alone: the session keeps its kind.
-        crate::session::note_shown_error(self.kind(), &text);
+        note_shown(self.kind(), &text);
         f.write_str(&text)
     }
+}
+
+/// The last eager error a session's cell displayed: (kind, text).
+static SHOWN: crate::shared::Shared<std::sync::Mutex<Option<(String, String)>>> =
+    crate::shared::Shared::new("eager::error::shown", || std::sync::Mutex::new(None));
+
+/// Notes an eager error as it is displayed, in a session's cell process (elsewhere nothing):
+/// evcxr prints a cell's `?` error with `Display` alone, and the session reports its kind.
+fn note_shown(kind: &str, text: &str) {
+    // Only evcxr's cell process has a session: elsewhere skip the symbol lookup.
+    static IN_CELL_PROCESS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*IN_CELL_PROCESS.get_or_init(|| std::env::var_os("EVCXR_IS_RUNTIME").is_some()) || !crate::shared::in_session() {
+        return;
+    }
+    *crate::shared::lock(SHOWN.get()) = Some((kind.to_string(), text.to_string()));
+}
+
+/// Takes the last eager error a cell displayed: its kind (`ShapeError`, …) and text (the
+/// session's control socket answers `take_error` with it). `None` outside a session.
+#[doc(hidden)]
+pub fn take_shown() -> Option<(String, String)> {
+    crate::shared::in_session().then(|| crate::shared::lock(SHOWN.get()).take()).flatten()
 }
 
 impl Error {

@@ -33,7 +33,6 @@ pub mod pjrt;
 pub mod plugin;
 pub mod profiler;
 pub mod runtime;
-pub mod session;
 pub mod shape;
 pub mod shared;
 pub mod tensor;

@@ -33,7 +33,7 @@ pub struct Runtime {
 
 impl Runtime {
     /// The PJRT device behind `device`, or a clear error naming the devices there are.
-    pub(crate) fn device(&self, device: Device) -> Result<&DeviceInfo> {
+    pub fn device(&self, device: Device) -> Result<&DeviceInfo> {
         self.client.devices.get(device.index).ok_or_else(|| {
             Error::invalid(
                 "device",
@@ -91,16 +91,11 @@ fn state() -> &'static RuntimeState {
     STATE.get()
 }
 
-/// Interrupts the session (the REPL's Ctrl-C): every dispatch fails with
-/// [`Error::Interrupted`] until [`clear_interrupt`].
+/// Interrupts the session (the REPL's Ctrl-C, through a session's control server): with `on`,
+/// every dispatch fails with [`Error::Interrupted`] until it is called with `false`.
 #[doc(hidden)]
-pub fn interrupt() {
-    state().interrupted.store(true, Ordering::Relaxed);
-}
-
-#[doc(hidden)]
-pub fn clear_interrupt() {
-    state().interrupted.store(false, Ordering::Relaxed);
+pub fn set_interrupted(on: bool) {
+    state().interrupted.store(on, Ordering::Relaxed);
 }
 
 /// Fails if the session was interrupted: checked by every dispatch of `op`.

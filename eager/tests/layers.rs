@@ -12,7 +12,6 @@ const LAYERS: &[&[&str]] = &[
     &["cache", "disk_cache", "profiler", "runtime"],
     &["tensor", "autograd", "compile", "var"],
     &["nn", "optim", "io"],
-    &["session"],
 ];
 
 fn layer(module: &str) -> Option<usize> {

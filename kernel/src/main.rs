@@ -120,7 +120,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
         let (current, iopub_tx) = (current.clone(), iopub_tx.clone());
         Arc::new(move |stream, line: &str| {
             let Some(parent) = current.lock().unwrap().clone() else { return };
-            let msg = if line == eager::session::CLEAR_OUTPUT_MARKER {
+            let msg = if line == eager_cell::CLEAR_OUTPUT_MARKER {
                 ClearOutput { wait: false }.as_child_of(&parent)
             } else {
                 let text = format!("{line}\n");

@@ -1,4 +1,5 @@
-//! The host's end of eager's control socket (`eager::session`): JSON lines to the child.
+//! The host's end of the session's control socket, which `eager_cell` serves in the cell
+//! process: JSON lines to the child.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

@@ -7,8 +7,9 @@
 //! the front end's own binary (see [`child_hook`]), and loads every cell as its own shared
 //! object with its own copy of eager's statics. The binary exports `EAGER_SESSION_SLOT`
 //! ([`export_session_slot!`]); the first copy of eager that runs publishes its state there
-//! and every later copy uses it (`eager::session`). That copy also serves a control socket,
-//! which the host uses to read the profiler log and the cache, set the device and interrupt.
+//! and every later copy uses it (`eager::shared`). Cells link the `eager-cell` crate (rich
+//! display, the error block), whose first copy also serves a control socket, which the host
+//! ([`Control`]) uses to read the profiler log and the cache, set the device and interrupt.
 
 mod control;
 pub mod input;
@@ -56,7 +57,7 @@ pub(crate) const STDERR_SYNC_LINE: &str = "EAGER_STDERR_SYNC";
 const EVCXR_PANIC_LINE: &[u8] = b"EVCXR_PANIC_NOTIFICATION\n";
 
 /// In the cell process: stdout goes through a pipe read by a thread that copies it on, and
-/// puts an error block (`eager::session::ERROR_MIME`) before evcxr's error and panic lines, so
+/// puts an error block (`eager_cell::ERROR_MIME`) before evcxr's error and panic lines, so
 /// the host learns at once that the cell failed (and asks the session's eager for the error's
 /// kind) and waits for its message on stderr only then.
 fn watch_cell_errors() -> std::io::Result<()> {
@@ -95,8 +96,7 @@ fn watch_cell_errors() -> std::io::Result<()> {
                 _ => None,
             };
             if let Some(ename) = ename {
-                let block = serde_json::json!({ "ename": ename });
-                let _ = writeln!(out, "EVCXR_BEGIN_CONTENT {}\n{block}\nEVCXR_END_CONTENT", eager::session::ERROR_MIME);
+                let _ = writeln!(out, "{}", eager_cell::error_block(ename, None));
                 // After everything the cell wrote to stderr: the host waits for this line.
                 eprintln!("{STDERR_SYNC_LINE}");
             }

@@ -96,7 +96,7 @@ fn run(args: Args) -> Result<ExitCode> {
     // The prompt is up while the session starts; a cell waits for it (see `wait_for_start`).
     let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None };
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
-        Stream::Stdout if line == eager::session::CLEAR_OUTPUT_MARKER => {}
+        Stream::Stdout if line == eager_cell::CLEAR_OUTPUT_MARKER => {}
         Stream::Stdout => println!("{line}"),
         Stream::Stderr => eprintln!("{line}"),
     });

@@ -104,16 +104,19 @@ pub struct Session {
 /// A variable of the preload's last cell, hidden from `:vars`.
 const WARMUP_VAR: &str = "__eager_warmup";
 
-/// The preload: eager as a dependency, its prelude, and its runtime attached at once so that
-/// the control socket is up before the first user cell. The last cell warms what a user's
+/// The preload: eager, viz and eager-cell (what cells link: rich display, the control
+/// server) as dependencies, eager's prelude, and the session attached at once so that the
+/// control socket is up before the first user cell. The last cell warms what a user's
 /// first tensor cell would otherwise wait for (measured 4.5–5 s): rust-analyzer's first
 /// inference of a stored `Tensor`'s type, evcxr's `?` mode, and the CPU plugin's start.
-fn preload_cells(eager_dir: &Path) -> [String; 4] {
+fn preload_cells(eager_dir: &Path) -> [String; 5] {
     let viz_dir = eager_dir.parent().unwrap_or(eager_dir).join("viz");
+    let cell_dir = eager_dir.parent().unwrap_or(eager_dir).join("cell");
     [
         format!(":dep eager = {{ path = {:?} }}", eager_dir.display().to_string()),
         format!(":dep viz = {{ path = {:?} }}", viz_dir.display().to_string()),
-        "use eager::prelude::*;\nuse eager::session::{EvcxrDisplay as _, EvcxrResultDisplay as _};\neager::session::attach();"
+        format!(":dep eager-cell = {{ path = {:?} }}", cell_dir.display().to_string()),
+        "use eager::prelude::*;\nuse eager_cell::{EvcxrDisplay as _, EvcxrResultDisplay as _};\neager_cell::attach();"
             .to_string(),
         format!("let {WARMUP_VAR} = Tensor::from_slice_on(&[0.0f32], &[1], Device::cpu())?;"),
     ]
@@ -150,7 +153,7 @@ impl Session {
         // builds once), a config dir of ours, and where eager's runtime listens.
         std::env::set_var("EVCXR_TMPDIR", &build_dir);
         std::env::set_var("EVCXR_CONFIG_DIR", cache.join("evcxr-config"));
-        std::env::set_var(eager::session::CONTROL_SOCKET_ENV, &socket);
+        std::env::set_var(eager_cell::CONTROL_SOCKET_ENV, &socket);
         // Cells link the toolchain's libstd-*.so through a RUNPATH relative to evcxr's deps
         // dir, which is wrong for the uplifted copy evcxr loads when the build dir is deep
         // (as ours, under ~/.cache): name the toolchain's lib dir for the child's loader.
@@ -219,7 +222,7 @@ impl Session {
         if pid != self.child_pid {
             self.child_pid = pid;
             self.control = None;
-            self.ctx.execute("eager::session::attach();").map_err(|e| anyhow!("re-attaching eager: {e}"))?;
+            self.ctx.execute("eager_cell::attach();").map_err(|e| anyhow!("re-attaching eager: {e}"))?;
         }
         if self.control.is_none() {
             self.control = Some(Control::connect(&self.socket)?);
@@ -255,7 +258,7 @@ impl Session {
             Ok(mut out) => {
                 // evcxr reports a panic as success: the child's stdout watch marks it (and a `?`
                 // error) with an error block; the message comes on stderr, on its own thread.
-                let block = out.content_by_mime_type.remove(eager::session::ERROR_MIME);
+                let block = out.content_by_mime_type.remove(eager_cell::ERROR_MIME);
                 // A block without its message (a panic, a `?`): the message is on stderr.
                 if block.as_deref().is_some_and(|b| !b.contains("\"evalue\"")) {
                     self.wait_for_stderr();

@@ -40,7 +40,7 @@ class EagerKernelTests(jkt.KernelTests):
     supported_history_operations = ("tail", "range")
     code_history_pattern = "*1 + 2*"
     code_inspect_sample = "Tensor::zeros"
-    code_clear_output = "eager::session::clear_output();"
+    code_clear_output = "eager_cell::clear_output();"
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@
 //!   [`LineChart`]; [`LineChart::series_xy`] for other x, [`LineChart::log_y`] for a log scale.
 //!
 //!   Charts, comparisons and line charts all draw with `svg`, `png`, `write_svg`,
-//!   `write_png` and `as_png`, and show themselves when they end an evcxr cell:
+//!   `write_png` and `as_png`, and show themselves when they end an evcxr cell (the
+//!   `eager-cell` crate, which cells link, renders them with these methods):
 //!
 //! ```no_run
 //! # let (eager_run, compiled_run) = (viz::Profile::default(), viz::Profile::default());

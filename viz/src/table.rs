@@ -327,11 +327,4 @@ impl Profile {
     pub fn table_html(&self) -> String {
         self.table().top(TABLE_ROWS).to_html()
     }
-
-    /// Rich display in evcxr (the REPL, the Jupyter kernel): a profile ending a cell shows
-    /// its per-op table.
-    pub fn evcxr_display(&self) {
-        println!("EVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT", self.table_text().trim_end());
-        println!("EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT", self.table_html());
-    }
 }

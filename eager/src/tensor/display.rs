@@ -1,5 +1,5 @@
 //! How a tensor prints: like torch (`tensor([[1.0000, 2.0000], …], shape=[2, 2], …)`),
-//! summarised past 1000 elements, and as an HTML table in a notebook.
+//! summarised past 1000 elements (a notebook shows the same text: see the eager-cell crate).
 
 use std::fmt;
 
@@ -33,17 +33,6 @@ impl fmt::Display for Tensor {
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
-    }
-}
-
-impl Tensor {
-    /// How evcxr (the REPL, the Jupyter kernel) shows a tensor that ends a cell: the text, and
-    /// the same in HTML for notebooks.
-    pub fn evcxr_display(&self) {
-        let text = self.to_string();
-        let html = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-        println!("EVCXR_BEGIN_CONTENT text/plain\n{text}\nEVCXR_END_CONTENT");
-        println!("EVCXR_BEGIN_CONTENT text/html\n<pre class=\"eager-tensor\">{html}</pre>\nEVCXR_END_CONTENT");
     }
 }
 

@@ -338,13 +338,6 @@ impl Comparison {
         out
     }
 
-    /// Rich display in evcxr: the chart above the table as HTML, the text table as plain
-    /// text; [`Comparison::as_png`] shows the chart as a PNG instead.
-    pub fn evcxr_display(&self) {
-        println!("EVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT", self.text().trim_end());
-        println!("EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT", self.html());
-    }
-
     /// Bars of the totals panel: wall, compile, execute, and load and transfer when any
     /// run had them.
     fn total_kinds(&self) -> Vec<(&'static str, RGBColor, fn(&RunSummary) -> u64)> {

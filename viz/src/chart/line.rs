@@ -8,7 +8,7 @@ use plotters::coord::combinators::{BindKeyPoints, IntoLogRange};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
-use super::{display_svg, outputs, Drawing};
+use super::{outputs, Drawing};
 use crate::style::{tick_format, Area, DrawResult, Look, SERIES};
 use crate::units::value;
 
@@ -95,12 +95,6 @@ impl LineChart {
     pub fn log_y(mut self) -> LineChart {
         self.log_y = true;
         self
-    }
-
-    /// Rich display in evcxr: a line chart ending a cell shows as SVG;
-    /// [`LineChart::as_png`] shows it as a PNG instead.
-    pub fn evcxr_display(&self) {
-        display_svg(self.svg());
     }
 
     /// Whether `(x, y)` can be drawn on this chart's axes.

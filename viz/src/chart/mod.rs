@@ -107,12 +107,6 @@ impl<'a> Chart<'a> {
     pub fn kind(&self) -> ChartKind {
         self.kind
     }
-
-    /// Rich display in evcxr (the REPL and the Jupyter kernel): a chart ending a cell shows
-    /// as SVG; [`Chart::as_png`] shows it as a PNG instead.
-    pub fn evcxr_display(&self) {
-        display_svg(self.svg());
-    }
 }
 
 impl Drawing for Chart<'_> {
@@ -189,28 +183,12 @@ pub(crate) fn png<D: Drawing>(view: &D, width: u32, height: u32) -> Result<Vec<u
     Ok(out)
 }
 
-/// Prints an SVG for evcxr to show, or the error that kept it from being drawn.
-pub(crate) fn display_svg(svg: Result<String>) {
-    match svg {
-        Ok(svg) => println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT"),
-        Err(e) => eprintln!("{e}"),
-    }
-}
-
-/// PNG bytes that display as an image when they end an evcxr cell.
+/// PNG bytes that display as an image when they end an evcxr cell (through `eager-cell`).
 pub struct PngImage(pub Vec<u8>);
 
 impl std::fmt::Debug for PngImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PngImage({} bytes)", self.0.len())
-    }
-}
-
-impl PngImage {
-    pub fn evcxr_display(&self) {
-        use base64::Engine as _;
-        let b64 = base64::engine::general_purpose::STANDARD.encode(&self.0);
-        println!("EVCXR_BEGIN_CONTENT image/png\n{b64}\nEVCXR_END_CONTENT");
     }
 }
 
