@@ -3,7 +3,6 @@
 
 use std::any::{Any, TypeId};
 use std::fmt::Debug;
-use std::marker::PhantomData;
 
 use crate::{print_error_block, show, show_all};
 
@@ -13,10 +12,12 @@ pub trait EvcxrDisplay {
     fn evcxr_display(&self);
 }
 
+// `typeid::of`, not `TypeId::of`: a value ending a cell often borrows (a chart its profile),
+// and a `TypeId` does not depend on lifetimes.
 impl<T: Debug + ?Sized> EvcxrDisplay for T {
     fn evcxr_display(&self) {
         // SAFETY: the pointer is `self`'s and the id is `T`'s.
-        if unsafe { show_rich(type_id::<T>(), self as *const T as *const ()) } {
+        if unsafe { show_rich(typeid::of::<T>(), self as *const T as *const ()) } {
             return;
         }
         let text = format!("{self:?}");
@@ -102,29 +103,6 @@ fn svg(svg: viz::Result<String>) {
     }
 }
 
-/// `TypeId::of::<T>()` for any `T`, `'static` or not (a value ending a cell often borrows, as
-/// a chart borrows its profile; a `TypeId` does not depend on lifetimes). As the `typeid`
-/// crate does it.
-fn type_id<T: ?Sized>() -> TypeId {
-    trait NonStaticAny {
-        fn get_type_id(&self) -> TypeId
-        where
-            Self: 'static;
-    }
-    impl<T: ?Sized> NonStaticAny for PhantomData<T> {
-        fn get_type_id(&self) -> TypeId
-        where
-            Self: 'static,
-        {
-            TypeId::of::<T>()
-        }
-    }
-    let phantom = PhantomData::<T>;
-    // SAFETY: only the trait object's lifetime bound changes; `get_type_id` reads nothing
-    // that lives, and the `TypeId` it returns is the same for every lifetime.
-    NonStaticAny::get_type_id(unsafe { std::mem::transmute::<&dyn NonStaticAny, &(dyn NonStaticAny + 'static)>(&phantom) })
-}
-
 /// `ParseIntError` for `core::num::error::ParseIntError`: the name a user knows.
 fn short_type_name<T: ?Sized>() -> String {
     let full = std::any::type_name::<T>();
@@ -139,19 +117,19 @@ mod tests {
     #[test]
     fn type_ids_ignore_lifetimes_and_tell_types_apart() {
         fn id_of_borrowed<'a>(_: &'a str) -> TypeId {
-            type_id::<viz::Chart<'a>>()
+            typeid::of::<viz::Chart<'a>>()
         }
         assert_eq!(id_of_borrowed(&String::from("x")), TypeId::of::<viz::Chart<'static>>());
-        assert_eq!(type_id::<eager::Tensor>(), TypeId::of::<eager::Tensor>());
-        assert_ne!(type_id::<&eager::Tensor>(), TypeId::of::<eager::Tensor>());
-        assert_ne!(type_id::<str>(), TypeId::of::<String>());
+        assert_eq!(typeid::of::<eager::Tensor>(), TypeId::of::<eager::Tensor>());
+        assert_ne!(typeid::of::<&eager::Tensor>(), TypeId::of::<eager::Tensor>());
+        assert_ne!(typeid::of::<str>(), TypeId::of::<String>());
     }
 
     #[test]
     fn a_plain_value_is_not_rich() {
         let v = vec![1, 2];
         // SAFETY: the pointer and id are `v`'s.
-        assert!(!unsafe { show_rich(type_id::<Vec<i32>>(), &v as *const Vec<i32> as *const ()) });
+        assert!(!unsafe { show_rich(typeid::of::<Vec<i32>>(), &v as *const Vec<i32> as *const ()) });
     }
 
     #[test]
