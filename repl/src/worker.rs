@@ -5,6 +5,8 @@
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use eager::shared::lock;
+
 use crate::session::{Interrupter, Session, SessionOptions, StreamSink};
 
 enum Job {
@@ -45,7 +47,7 @@ impl Worker {
         let state = Arc::new((Mutex::new(State::Starting), Condvar::new()));
         let shared = state.clone();
         let set = move |s: State| {
-            let mut state = shared.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = lock(&shared.0);
             // A failure stays the answer (the thread's exit comes after it).
             if !(matches!(s, State::Ended) && matches!(*state, State::Failed(_))) {
                 *state = s;
@@ -67,13 +69,13 @@ impl Worker {
             }
         });
         if let Err(e) = spawned {
-            *state.0.lock().unwrap_or_else(|p| p.into_inner()) = State::Failed(format!("starting the session thread: {e}"));
+            *lock(&state.0) = State::Failed(format!("starting the session thread: {e}"));
         }
         Worker { jobs, state }
     }
 
     fn state(&self) -> State {
-        self.state.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.state.0).clone()
     }
 
     /// Whether the session has started (its cells run without waiting).
@@ -83,8 +85,8 @@ impl Worker {
 
     /// Waits up to `timeout` for the start: `Some` once it ended (well or not).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<Interrupter, String>> {
-        let (lock, ready) = &*self.state;
-        let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (state, ready) = &*self.state;
+        let guard = lock(state);
         let (guard, _) =
             ready.wait_timeout_while(guard, timeout, |s| matches!(s, State::Starting)).unwrap_or_else(|p| p.into_inner());
         match &*guard {
@@ -116,8 +118,8 @@ impl Worker {
     /// socket go with it), waiting up to 10 s.
     pub fn shutdown(&self) {
         if self.jobs.send(Job::Stop).is_ok() {
-            let (lock, changed) = &*self.state;
-            let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let (state, changed) = &*self.state;
+            let guard = lock(state);
             let _ = changed.wait_timeout_while(guard, Duration::from_secs(10), |s| !matches!(s, State::Ended | State::Failed(_)));
         }
     }
