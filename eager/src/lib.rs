@@ -12,11 +12,13 @@
 //! # Ok::<(), eager::Error>(())
 //! ```
 //!
-//! Map: [`pjrt`] (FFI and safe handles), [`plugin`] (finding plugins per device target),
-//! [`ops`] (every op defined once), [`cache`] (in memory), [`disk_cache`] (persistent),
-//! [`runtime`] (asynchronous dispatch), [`tensor`], [`io`] (safetensors and .npy files),
-//! [`profiler`] (the event log the viz crate draws); training: [`autograd`], [`var`],
-//! [`nn`], [`optim`], [`compile`] (a function traced into one program).
+//! Map, in layers (bottom up; no module imports one above it): [`dtype`], [`shape`],
+//! [`device`], [`shared`] (process-wide state) → [`pjrt`] (FFI and safe handles), [`plugin`]
+//! (finding plugins per device target), [`error`] → [`ops`] (one file per op family) →
+//! [`cache`] (in memory), [`disk_cache`] (persistent), [`profiler`] (the event log the viz
+//! crate draws), [`runtime`] (plugins, execute, transfers) → [`tensor`] (and its dispatch),
+//! [`autograd`], [`compile`] (a function traced into one program), [`var`] → [`nn`],
+//! [`optim`], [`io`] (safetensors and .npy files).
 
 pub mod autograd;
 pub mod cache;
