@@ -18,6 +18,9 @@
 //! [`profiler`] (the event log the viz crate draws); training: [`autograd`], [`var`],
 //! [`nn`], [`optim`], [`compile`] (a function traced into one program).
 
+// Every unsafe operation sits in its own `unsafe {}` block with the reason it holds.
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod autograd;
 pub mod cache;
 pub mod compile;

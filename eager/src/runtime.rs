@@ -379,12 +379,6 @@ pub fn executable_for(op: Op, inputs: &[&Tensor]) -> Result<Arc<Executable>> {
     Ok(executable(&rt, key, Instant::now())?.0)
 }
 
-/// The PJRT buffer under `t`, for benchmarks that execute raw.
-#[doc(hidden)]
-pub fn raw_buffer(t: &Tensor) -> *mut pjrt::ffi::PJRT_Buffer {
-    t.buffer().expect("a tensor with values").raw()
-}
-
 /// Builds the key of `op` on `inputs` and looks it up, as a dispatch does, and nothing else:
 /// for benchmarks that take the hit path apart. Returns whether it hit.
 #[doc(hidden)]
@@ -434,7 +428,7 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
     let key = OpKey::new(op, inputs, device);
     let (exe, info, outcome, compile_ns) = executable(&rt, key, start)?;
     let exec_start = Instant::now();
-    let args: SmallVec<[_; 4]> = inputs.iter().map(|t| t.buffer().map(|b| b.raw())).collect::<Result<_>>()?;
+    let args: SmallVec<[&pjrt::Buffer; 4]> = inputs.iter().map(|t| t.buffer()).collect::<Result<_>>()?;
     let mut out = SmallVec::new();
     // A closure, not Error::pjrt(..): the signature is formatted only on failure.
     let done = exe.execute(&args, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;

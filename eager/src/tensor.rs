@@ -137,8 +137,9 @@ impl Tensor {
     }
 
     /// The device buffer; an error for a traced tensor, which has values only when the
-    /// compiled function runs.
-    pub(crate) fn buffer(&self) -> Result<&Buffer> {
+    /// compiled function runs. Public for benchmarks that execute through `pjrt` directly.
+    #[doc(hidden)]
+    pub fn buffer(&self) -> Result<&Buffer> {
         self.inner.buffer.as_ref().ok_or_else(|| {
             Error::invalid(
                 "read",
