@@ -376,10 +376,10 @@ pub(crate) fn execute(rt: &Runtime, device: Device, key: OpKey, args: &[Arg], st
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let (exe, info, outcome, compile_ns) = executable(rt, key, start)?;
     let exec_start = Instant::now();
-    let raw: SmallVec<[_; 4]> = args.iter().map(|a| a.buffer.raw()).collect();
+    let buffers: SmallVec<[&pjrt::Buffer; 4]> = args.iter().map(|a| a.buffer).collect();
     let mut out = SmallVec::new();
     // A closure, not Error::pjrt(..): the signature is formatted only on failure.
-    let done = exe.execute(&raw, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
+    let done = exe.execute(&buffers, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
     // An index check is the last output: kept by the completion, read when a result is read.

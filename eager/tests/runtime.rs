@@ -177,3 +177,46 @@ fn plugin_reports_its_identity() {
     let attrs = rt.client.api.attributes().unwrap();
     assert!(attrs.iter().any(|(k, _)| k.contains("stablehlo")), "{attrs:?}");
 }
+
+#[test]
+fn pjrt_handles_of_another_client_or_a_wrong_size_are_refused() -> Result<()> {
+    use eager::pjrt::{Buffer, Client};
+    use smallvec::SmallVec;
+    let rt = runtime::runtime(DeviceKind::Cpu)?;
+    let other = Client::create(rt.client.api.clone(), &[]).unwrap();
+    let (dev, other_dev) = (&rt.client.devices[0], &other.devices[0]);
+    assert!(rt.client.owns(dev) && !rt.client.owns(other_dev));
+    let f32_ = DType::F32.pjrt();
+    let bytes: Vec<u8> = [1.5f32, 2.5, 3.5].iter().flat_map(|x| x.to_le_bytes()).collect();
+
+    // Host data of the wrong size, or a device of another client: refused before the plugin.
+    let err = rt.client.buffer_from_host(&bytes[..8], f32_, &[3], dev).err().expect("8 bytes are no f32[3]");
+    assert_eq!((err.code, err.function), (3, "PJRT_Client_BufferFromHostBuffer"));
+    assert!(rt.client.buffer_from_host(&bytes, f32_, &[-3], dev).is_err());
+    assert!(rt.client.buffer_from_host(&bytes, 0, &[3], dev).is_err(), "INVALID type aborts in the plugin");
+    assert_eq!(rt.client.buffer_from_host(&bytes, f32_, &[3], other_dev).err().expect("another client's device").code, 3);
+
+    let mine = rt.client.buffer_from_host(&bytes, f32_, &[3], dev).unwrap();
+    let theirs = other.buffer_from_host(&bytes, f32_, &[3], other_dev).unwrap();
+    assert_eq!(mine.copy_to_device(other_dev).err().expect("another client's device").code, 3);
+
+    // The executable a cached add runs: fine with its own client's buffers and device only.
+    let x = Tensor::from_slice(&[1.5f32, 2.5, 3.5], &[3])?;
+    let exe = eager::tensor::executable_for(eager::ops::Op::Binary(eager::ops::Binary::Add), &[&x, &x])?;
+    let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
+    let err = exe.execute_and_wait(&[&mine, &theirs], dev, &mut out).expect_err("a buffer of another client");
+    assert_eq!((err.code, err.function), (3, "PJRT_LoadedExecutable_Execute"));
+    assert_eq!(exe.execute_and_wait(&[&mine, &mine], other_dev, &mut out).expect_err("another client's device").code, 3);
+    assert!(out.is_empty());
+    exe.execute_and_wait(&[&mine, x.buffer()?], dev, &mut out).unwrap();
+    assert_eq!(out[0].to_host(&mut [0u8; 8]).expect_err("8 bytes for 12").code, 3);
+    let mut sum = vec![0u8; 12];
+    out[0].to_host(&mut sum).unwrap();
+    let expected: Vec<u8> = [3.0f32, 5.0, 7.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    assert_eq!(sum, expected);
+
+    // A scalar's dims come back empty (the plugin may hand a null pointer for them).
+    let scalar = rt.client.buffer_from_host(&bytes[..4], f32_, &[], dev).unwrap();
+    assert_eq!(scalar.dims().unwrap(), Vec::<i64>::new());
+    Ok(())
+}

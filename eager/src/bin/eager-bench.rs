@@ -260,8 +260,7 @@ fn main() -> anyhow::Result<()> {
     let y = Tensor::from_slice(&data, &[4])?;
     let exe = eager::tensor::executable_for(Op::Binary(Binary::Add), &[&x, &y])?;
     let dev = &rt.client.devices[0];
-    let (xb, yb) = (eager::tensor::raw_buffer(&x), eager::tensor::raw_buffer(&y));
-    let raw_args = [xb, yb];
+    let raw_args = [x.buffer()?, y.buffer()?];
     let n = args.calls;
     let h = &mut r.hit_path;
     // The pairs that are compared are timed call by call, alternating, so that both see the
@@ -360,7 +359,7 @@ fn main() -> anyhow::Result<()> {
         a.matmul(&b).unwrap().block_until_ready().unwrap();
     });
     let mm = eager::tensor::executable_for(Op::Matmul(Matmul), &[&a, &b])?;
-    let mm_args = [eager::tensor::raw_buffer(&a), eager::tensor::raw_buffer(&b)];
+    let mm_args = [a.buffer()?, b.buffer()?];
     let raw = time_calls(20, || {
         let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
         mm.execute_and_wait(&mm_args, dev, &mut out).unwrap();

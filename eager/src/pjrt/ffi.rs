@@ -1,6 +1,7 @@
 //! Hand-written FFI for the part of `pjrt_c_api.h` (API 0.81, vendored in `include/`) that
 //! eager uses. Every argument struct starts with `struct_size`, which plugins use to tell
-//! which fields the caller knows; structs here mirror the header field for field.
+//! which fields the caller knows; structs here mirror the header field for field, which the
+//! `layout` test checks for every struct against the parsed header.
 #![allow(non_camel_case_types, non_snake_case, dead_code)]
 
 use std::ffi::{c_char, c_int, c_void};
@@ -17,20 +18,44 @@ opaque!(
     PJRT_ExecuteContext, PJRT_Extension_Base
 );
 
-/// Declares a `#[repr(C)]` args struct with `struct_size` and `extension_start` first, and a
-/// `new()` that zero-fills it and sets `struct_size` (how the header's `*_STRUCT_SIZE` works).
-macro_rules! args {
-    ($name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+/// Declares a `#[repr(C)]` struct that mirrors the header field for field and, for the layout
+/// test, lists each field's name, offset and size (so no field can escape the check).
+macro_rules! c_struct {
+    ($(#[$meta:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
         #[repr(C)]
         pub struct $name {
-            pub struct_size: usize,
-            pub extension_start: *mut PJRT_Extension_Base,
             $(pub $field: $ty),*
         }
+        #[cfg(test)]
+        impl layout::Fields for $name {
+            const NAME: &'static str = stringify!($name);
+            fn fields() -> Vec<layout::Field> {
+                vec![$(layout::Field {
+                    name: stringify!($field),
+                    offset: std::mem::offset_of!($name, $field),
+                    size: std::mem::size_of::<$ty>(),
+                }),*]
+            }
+        }
+    };
+}
+
+/// Declares an args struct ([`c_struct!`] with `struct_size` and `extension_start` first) and
+/// a `new()` that zero-fills it and sets `struct_size` (how the header's `*_STRUCT_SIZE` works).
+macro_rules! args {
+    ($name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+        c_struct!($name {
+            struct_size: usize,
+            extension_start: *mut PJRT_Extension_Base,
+            $($field: $ty),*
+        });
+        // No Default: `new()` is not a neutral value, it stamps `struct_size`.
+        #[allow(clippy::new_without_default)]
         impl $name {
             pub fn new() -> Self {
-                // SAFETY: every field is a plain integer, bool, enum-as-int or raw pointer;
-                // all-zero is their "unset" value in the C API.
+                // SAFETY: every field is a plain integer, bool, enum-as-int, raw pointer or
+                // nullable function pointer; all-zero is their "unset" value in the C API.
                 let mut s: Self = unsafe { std::mem::zeroed() };
                 s.struct_size = std::mem::size_of::<Self>();
                 s
@@ -41,6 +66,19 @@ macro_rules! args {
 
 pub type ErrorCode = c_int;
 pub type BufferType = c_int;
+
+/// Bytes per element of a `PJRT_Buffer_Type` that takes whole bytes; `None` for INVALID, TOKEN
+/// and the packed sub-byte types, whose host size is not elements × bytes.
+pub fn element_bytes(ty: BufferType) -> Option<usize> {
+    Some(match ty {
+        1 | 2 | 6 | 16..=20 | 26..=28 => 1, // PRED, S8, U8, the 8-bit floats
+        3 | 7 | 10 | 13 => 2,               // S16, U16, F16, BF16
+        4 | 8 | 11 => 4,                    // S32, U32, F32
+        5 | 9 | 12 | 14 => 8,               // S64, U64, F64, C64
+        15 => 16,                           // C128
+        _ => return None,
+    })
+}
 
 pub const NAMED_VALUE_STRING: c_int = 0;
 pub const NAMED_VALUE_INT64: c_int = 1;
@@ -58,24 +96,22 @@ pub union NamedValueUnion {
     pub bool_value: bool,
 }
 
-#[repr(C)]
-pub struct PJRT_NamedValue {
-    pub struct_size: usize,
-    pub extension_start: *mut PJRT_Extension_Base,
-    pub name: *const c_char,
-    pub name_size: usize,
-    pub type_: c_int,
-    pub value: NamedValueUnion,
-    pub value_size: usize,
-}
+c_struct!(PJRT_NamedValue {
+    struct_size: usize,
+    extension_start: *mut PJRT_Extension_Base,
+    name: *const c_char,
+    name_size: usize,
+    type_: c_int,
+    value: NamedValueUnion,
+    value_size: usize,
+});
 
-#[repr(C)]
-pub struct PJRT_Api_Version {
-    pub struct_size: usize,
-    pub extension_start: *mut PJRT_Extension_Base,
-    pub major_version: c_int,
-    pub minor_version: c_int,
-}
+c_struct!(PJRT_Api_Version {
+    struct_size: usize,
+    extension_start: *mut PJRT_Extension_Base,
+    major_version: c_int,
+    minor_version: c_int,
+});
 
 args!(PJRT_Error_Destroy_Args { error: *mut PJRT_Error });
 args!(PJRT_Error_Message_Args { error: *const PJRT_Error, message: *const c_char, message_size: usize });
@@ -109,15 +145,14 @@ args!(PJRT_Client_AddressableDevices_Args {
     num_addressable_devices: usize,
 });
 
-#[repr(C)]
-pub struct PJRT_Program {
-    pub struct_size: usize,
-    pub extension_start: *mut PJRT_Extension_Base,
-    pub code: *mut c_char,
-    pub code_size: usize,
-    pub format: *const c_char,
-    pub format_size: usize,
-}
+c_struct!(PJRT_Program {
+    struct_size: usize,
+    extension_start: *mut PJRT_Extension_Base,
+    code: *mut c_char,
+    code_size: usize,
+    format: *const c_char,
+    format_size: usize,
+});
 
 args!(PJRT_Client_Compile_Args {
     client: *mut PJRT_Client,
@@ -213,93 +248,374 @@ args!(PJRT_Buffer_ReadyEvent_Args { buffer: *mut PJRT_Buffer, event: *mut PJRT_E
 pub type Fn<A> = Option<unsafe extern "C" fn(*mut A) -> *mut PJRT_Error>;
 type Unused = Option<unsafe extern "C" fn()>;
 
-/// `PJRT_Api`, in header order up to the last function eager calls. Fields past a plugin's
-/// `struct_size` must not be read; `Api::get` checks that before every call.
-#[repr(C)]
-pub struct PJRT_Api {
-    pub struct_size: usize,
-    pub extension_start: *mut PJRT_Extension_Base,
-    pub pjrt_api_version: PJRT_Api_Version,
-    pub PJRT_Error_Destroy: Option<unsafe extern "C" fn(*mut PJRT_Error_Destroy_Args)>,
-    pub PJRT_Error_Message: Option<unsafe extern "C" fn(*mut PJRT_Error_Message_Args)>,
-    pub PJRT_Error_GetCode: Fn<PJRT_Error_GetCode_Args>,
-    pub PJRT_Plugin_Initialize: Fn<PJRT_Plugin_Initialize_Args>,
-    pub PJRT_Plugin_Attributes: Fn<PJRT_Plugin_Attributes_Args>,
-    pub PJRT_Event_Destroy: Fn<PJRT_Event_Destroy_Args>,
-    pub PJRT_Event_IsReady: Fn<PJRT_Event_IsReady_Args>,
-    pub PJRT_Event_Error: Fn<PJRT_Event_Error_Args>,
-    pub PJRT_Event_Await: Fn<PJRT_Event_Await_Args>,
-    pub PJRT_Event_OnReady: Fn<PJRT_Event_OnReady_Args>,
-    pub PJRT_Client_Create: Fn<PJRT_Client_Create_Args>,
-    pub PJRT_Client_Destroy: Fn<PJRT_Client_Destroy_Args>,
-    pub PJRT_Client_PlatformName: Fn<PJRT_Client_PlatformName_Args>,
-    pub PJRT_Client_ProcessIndex: Unused,
-    pub PJRT_Client_PlatformVersion: Fn<PJRT_Client_PlatformVersion_Args>,
-    pub PJRT_Client_Devices: Unused,
-    pub PJRT_Client_AddressableDevices: Fn<PJRT_Client_AddressableDevices_Args>,
-    pub PJRT_Client_LookupDevice: Unused,
-    pub PJRT_Client_LookupAddressableDevice: Unused,
-    pub PJRT_Client_AddressableMemories: Unused,
-    pub PJRT_Client_Compile: Fn<PJRT_Client_Compile_Args>,
-    pub PJRT_Client_DefaultDeviceAssignment: Unused,
-    pub PJRT_Client_BufferFromHostBuffer: Fn<PJRT_Client_BufferFromHostBuffer_Args>,
-    pub PJRT_DeviceDescription_Id: Fn<PJRT_DeviceDescription_Id_Args>,
-    pub PJRT_DeviceDescription_ProcessIndex: Unused,
-    pub PJRT_DeviceDescription_Attributes: Unused,
-    pub PJRT_DeviceDescription_Kind: Fn<PJRT_DeviceDescription_Kind_Args>,
-    pub PJRT_DeviceDescription_DebugString: Unused,
-    pub PJRT_DeviceDescription_ToString: Fn<PJRT_DeviceDescription_ToString_Args>,
-    pub PJRT_Device_GetDescription: Fn<PJRT_Device_GetDescription_Args>,
-    pub PJRT_Device_IsAddressable: Unused,
-    pub PJRT_Device_LocalHardwareId: Fn<PJRT_Device_LocalHardwareId_Args>,
-    pub PJRT_Device_AddressableMemories: Unused,
-    pub PJRT_Device_DefaultMemory: Unused,
-    pub PJRT_Device_MemoryStats: Unused,
-    pub PJRT_Memory_Id: Unused,
-    pub PJRT_Memory_Kind: Unused,
-    pub PJRT_Memory_DebugString: Unused,
-    pub PJRT_Memory_ToString: Unused,
-    pub PJRT_Memory_AddressableByDevices: Unused,
-    pub PJRT_Executable_Destroy: Fn<PJRT_Executable_Destroy_Args>,
-    pub PJRT_Executable_Name: Unused,
-    pub PJRT_Executable_NumReplicas: Unused,
-    pub PJRT_Executable_NumPartitions: Unused,
-    pub PJRT_Executable_NumOutputs: Fn<PJRT_Executable_NumOutputs_Args>,
-    pub PJRT_Executable_SizeOfGeneratedCodeInBytes: Fn<PJRT_Executable_SizeOfGeneratedCodeInBytes_Args>,
-    pub PJRT_Executable_GetCostAnalysis: Unused,
-    pub PJRT_Executable_OutputMemoryKinds: Unused,
-    pub PJRT_Executable_OptimizedProgram: Unused,
-    pub PJRT_Executable_Serialize: Fn<PJRT_Executable_Serialize_Args>,
-    pub PJRT_LoadedExecutable_Destroy: Fn<PJRT_LoadedExecutable_Destroy_Args>,
-    pub PJRT_LoadedExecutable_GetExecutable: Fn<PJRT_LoadedExecutable_GetExecutable_Args>,
-    pub PJRT_LoadedExecutable_AddressableDevices: Unused,
-    pub PJRT_LoadedExecutable_Delete: Unused,
-    pub PJRT_LoadedExecutable_IsDeleted: Unused,
-    pub PJRT_LoadedExecutable_Execute: Fn<PJRT_LoadedExecutable_Execute_Args>,
-    pub PJRT_Executable_DeserializeAndLoad: Fn<PJRT_Executable_DeserializeAndLoad_Args>,
-    pub PJRT_LoadedExecutable_Fingerprint: Unused,
-    pub PJRT_Buffer_Destroy: Fn<PJRT_Buffer_Destroy_Args>,
-    pub PJRT_Buffer_ElementType: Fn<PJRT_Buffer_ElementType_Args>,
-    pub PJRT_Buffer_Dimensions: Fn<PJRT_Buffer_Dimensions_Args>,
-    pub PJRT_Buffer_UnpaddedDimensions: Unused,
-    pub PJRT_Buffer_DynamicDimensionIndices: Unused,
-    pub PJRT_Buffer_GetMemoryLayout: Unused,
-    pub PJRT_Buffer_OnDeviceSizeInBytes: Fn<PJRT_Buffer_OnDeviceSizeInBytes_Args>,
-    pub PJRT_Buffer_Device: Fn<PJRT_Buffer_Device_Args>,
-    pub PJRT_Buffer_Memory: Unused,
-    pub PJRT_Buffer_Delete: Unused,
-    pub PJRT_Buffer_IsDeleted: Unused,
-    pub PJRT_Buffer_CopyToDevice: Fn<PJRT_Buffer_CopyToDevice_Args>,
-    pub PJRT_Buffer_ToHostBuffer: Fn<PJRT_Buffer_ToHostBuffer_Args>,
-    pub PJRT_Buffer_IsOnCpu: Unused,
-    pub PJRT_Buffer_ReadyEvent: Fn<PJRT_Buffer_ReadyEvent_Args>,
-}
+c_struct!(
+    /// `PJRT_Api`, in header order up to the last function eager calls. Fields past a plugin's
+    /// `struct_size` must not be read; `call!` (in `pjrt`) checks that before every call.
+    PJRT_Api {
+        struct_size: usize,
+        extension_start: *mut PJRT_Extension_Base,
+        pjrt_api_version: PJRT_Api_Version,
+        PJRT_Error_Destroy: Option<unsafe extern "C" fn(*mut PJRT_Error_Destroy_Args)>,
+        PJRT_Error_Message: Option<unsafe extern "C" fn(*mut PJRT_Error_Message_Args)>,
+        PJRT_Error_GetCode: Fn<PJRT_Error_GetCode_Args>,
+        PJRT_Plugin_Initialize: Fn<PJRT_Plugin_Initialize_Args>,
+        PJRT_Plugin_Attributes: Fn<PJRT_Plugin_Attributes_Args>,
+        PJRT_Event_Destroy: Fn<PJRT_Event_Destroy_Args>,
+        PJRT_Event_IsReady: Fn<PJRT_Event_IsReady_Args>,
+        PJRT_Event_Error: Fn<PJRT_Event_Error_Args>,
+        PJRT_Event_Await: Fn<PJRT_Event_Await_Args>,
+        PJRT_Event_OnReady: Fn<PJRT_Event_OnReady_Args>,
+        PJRT_Client_Create: Fn<PJRT_Client_Create_Args>,
+        PJRT_Client_Destroy: Fn<PJRT_Client_Destroy_Args>,
+        PJRT_Client_PlatformName: Fn<PJRT_Client_PlatformName_Args>,
+        PJRT_Client_ProcessIndex: Unused,
+        PJRT_Client_PlatformVersion: Fn<PJRT_Client_PlatformVersion_Args>,
+        PJRT_Client_Devices: Unused,
+        PJRT_Client_AddressableDevices: Fn<PJRT_Client_AddressableDevices_Args>,
+        PJRT_Client_LookupDevice: Unused,
+        PJRT_Client_LookupAddressableDevice: Unused,
+        PJRT_Client_AddressableMemories: Unused,
+        PJRT_Client_Compile: Fn<PJRT_Client_Compile_Args>,
+        PJRT_Client_DefaultDeviceAssignment: Unused,
+        PJRT_Client_BufferFromHostBuffer: Fn<PJRT_Client_BufferFromHostBuffer_Args>,
+        PJRT_DeviceDescription_Id: Fn<PJRT_DeviceDescription_Id_Args>,
+        PJRT_DeviceDescription_ProcessIndex: Unused,
+        PJRT_DeviceDescription_Attributes: Unused,
+        PJRT_DeviceDescription_Kind: Fn<PJRT_DeviceDescription_Kind_Args>,
+        PJRT_DeviceDescription_DebugString: Unused,
+        PJRT_DeviceDescription_ToString: Fn<PJRT_DeviceDescription_ToString_Args>,
+        PJRT_Device_GetDescription: Fn<PJRT_Device_GetDescription_Args>,
+        PJRT_Device_IsAddressable: Unused,
+        PJRT_Device_LocalHardwareId: Fn<PJRT_Device_LocalHardwareId_Args>,
+        PJRT_Device_AddressableMemories: Unused,
+        PJRT_Device_DefaultMemory: Unused,
+        PJRT_Device_MemoryStats: Unused,
+        PJRT_Memory_Id: Unused,
+        PJRT_Memory_Kind: Unused,
+        PJRT_Memory_DebugString: Unused,
+        PJRT_Memory_ToString: Unused,
+        PJRT_Memory_AddressableByDevices: Unused,
+        PJRT_Executable_Destroy: Fn<PJRT_Executable_Destroy_Args>,
+        PJRT_Executable_Name: Unused,
+        PJRT_Executable_NumReplicas: Unused,
+        PJRT_Executable_NumPartitions: Unused,
+        PJRT_Executable_NumOutputs: Fn<PJRT_Executable_NumOutputs_Args>,
+        PJRT_Executable_SizeOfGeneratedCodeInBytes: Fn<PJRT_Executable_SizeOfGeneratedCodeInBytes_Args>,
+        PJRT_Executable_GetCostAnalysis: Unused,
+        PJRT_Executable_OutputMemoryKinds: Unused,
+        PJRT_Executable_OptimizedProgram: Unused,
+        PJRT_Executable_Serialize: Fn<PJRT_Executable_Serialize_Args>,
+        PJRT_LoadedExecutable_Destroy: Fn<PJRT_LoadedExecutable_Destroy_Args>,
+        PJRT_LoadedExecutable_GetExecutable: Fn<PJRT_LoadedExecutable_GetExecutable_Args>,
+        PJRT_LoadedExecutable_AddressableDevices: Unused,
+        PJRT_LoadedExecutable_Delete: Unused,
+        PJRT_LoadedExecutable_IsDeleted: Unused,
+        PJRT_LoadedExecutable_Execute: Fn<PJRT_LoadedExecutable_Execute_Args>,
+        PJRT_Executable_DeserializeAndLoad: Fn<PJRT_Executable_DeserializeAndLoad_Args>,
+        PJRT_LoadedExecutable_Fingerprint: Unused,
+        PJRT_Buffer_Destroy: Fn<PJRT_Buffer_Destroy_Args>,
+        PJRT_Buffer_ElementType: Fn<PJRT_Buffer_ElementType_Args>,
+        PJRT_Buffer_Dimensions: Fn<PJRT_Buffer_Dimensions_Args>,
+        PJRT_Buffer_UnpaddedDimensions: Unused,
+        PJRT_Buffer_DynamicDimensionIndices: Unused,
+        PJRT_Buffer_GetMemoryLayout: Unused,
+        PJRT_Buffer_OnDeviceSizeInBytes: Fn<PJRT_Buffer_OnDeviceSizeInBytes_Args>,
+        PJRT_Buffer_Device: Fn<PJRT_Buffer_Device_Args>,
+        PJRT_Buffer_Memory: Unused,
+        PJRT_Buffer_Delete: Unused,
+        PJRT_Buffer_IsDeleted: Unused,
+        PJRT_Buffer_CopyToDevice: Fn<PJRT_Buffer_CopyToDevice_Args>,
+        PJRT_Buffer_ToHostBuffer: Fn<PJRT_Buffer_ToHostBuffer_Args>,
+        PJRT_Buffer_IsOnCpu: Unused,
+        PJRT_Buffer_ReadyEvent: Fn<PJRT_Buffer_ReadyEvent_Args>,
+    }
+);
 
 pub type GetPjrtApi = unsafe extern "C" fn() -> *const PJRT_Api;
 
+/// The layout check: every struct declared here against the vendored header, field by field.
+/// The header is parsed (not a table copied from it) and its C layout computed under LP64
+/// rules, so a field added, dropped, retyped or reordered on either side fails the test.
 #[cfg(test)]
-mod layout {
+pub(crate) mod layout {
     use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    /// One Rust field as `c_struct!` records it.
+    pub struct Field {
+        pub name: &'static str,
+        pub offset: usize,
+        pub size: usize,
+    }
+
+    /// Implemented by `c_struct!` for every struct it declares.
+    pub trait Fields {
+        const NAME: &'static str;
+        fn fields() -> Vec<Field>;
+    }
+
+    const HEADER: &str = include_str!("../../include/pjrt_c_api.h");
+    /// This file up to this module (the declarations, not the test's own text).
+    fn source() -> &'static str {
+        let all = include_str!("ffi.rs");
+        &all[..all.find("pub(crate) mod layout {").expect("this module")]
+    }
+    /// `PJRT_Api` mirrors only a prefix of the header's table (up to the last function used).
+    const PREFIX_ONLY: &str = "PJRT_Api";
+
+    /// Name, fields and `size_of` of every struct declared in this file.
+    fn rust_structs() -> Vec<(&'static str, Vec<Field>, usize)> {
+        macro_rules! list {
+            ($($t:ty),* $(,)?) => { vec![$((<$t as Fields>::NAME, <$t as Fields>::fields(), std::mem::size_of::<$t>())),*] };
+        }
+        list![
+            PJRT_NamedValue, PJRT_Api_Version, PJRT_Program, PJRT_Api,
+            PJRT_Error_Destroy_Args, PJRT_Error_Message_Args, PJRT_Error_GetCode_Args,
+            PJRT_Plugin_Initialize_Args, PJRT_Plugin_Attributes_Args,
+            PJRT_Event_Destroy_Args, PJRT_Event_IsReady_Args, PJRT_Event_Error_Args,
+            PJRT_Event_Await_Args, PJRT_Event_OnReady_Args,
+            PJRT_Client_Create_Args, PJRT_Client_Destroy_Args, PJRT_Client_PlatformName_Args,
+            PJRT_Client_PlatformVersion_Args, PJRT_Client_AddressableDevices_Args,
+            PJRT_Client_Compile_Args, PJRT_Client_BufferFromHostBuffer_Args,
+            PJRT_DeviceDescription_Id_Args, PJRT_DeviceDescription_Kind_Args,
+            PJRT_DeviceDescription_ToString_Args, PJRT_Device_GetDescription_Args,
+            PJRT_Device_LocalHardwareId_Args,
+            PJRT_Executable_Destroy_Args, PJRT_LoadedExecutable_Destroy_Args,
+            PJRT_LoadedExecutable_GetExecutable_Args, PJRT_Executable_NumOutputs_Args,
+            PJRT_Executable_SizeOfGeneratedCodeInBytes_Args, PJRT_Executable_Serialize_Args,
+            PJRT_Executable_DeserializeAndLoad_Args, PJRT_ExecuteOptions,
+            PJRT_LoadedExecutable_Execute_Args,
+            PJRT_Buffer_Destroy_Args, PJRT_Buffer_ElementType_Args, PJRT_Buffer_Dimensions_Args,
+            PJRT_Buffer_OnDeviceSizeInBytes_Args, PJRT_Buffer_Device_Args,
+            PJRT_Buffer_CopyToDevice_Args, PJRT_Buffer_ToHostBuffer_Args,
+            PJRT_Buffer_ReadyEvent_Args,
+        ]
+    }
+
+    /// The names this file declares with `args!` or `c_struct!`, read from its source, so a
+    /// struct missing from [`rust_structs`] is caught.
+    fn declared_in_source() -> Vec<String> {
+        let mut names = Vec::new();
+        for marker in ["args!(", "c_struct!("] {
+            for (i, _) in source().match_indices(marker) {
+                // Skip the doc comments and attributes an invocation may start with.
+                let rest = source()[i + marker.len()..]
+                    .lines()
+                    .map(str::trim)
+                    .find(|l| !l.is_empty() && !l.starts_with("///") && !l.starts_with("#["))
+                    .unwrap_or("");
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if name.starts_with("PJRT_") {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+
+    /// A field of a header struct, laid out by C rules.
+    #[derive(Debug)]
+    struct CField {
+        /// Empty for an anonymous union.
+        name: String,
+        offset: usize,
+        size: usize,
+    }
+
+    /// The vendored header with comments removed, and what the layout needs from it.
+    struct Header {
+        text: String,
+        enums: HashSet<String>,
+        fn_pointers: HashSet<String>,
+        /// Struct name to the last field its `*_STRUCT_SIZE` is defined by.
+        last_field: HashMap<String, String>,
+    }
+
+    fn strip_comments(s: &str) -> String {
+        s.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+    }
+
+    fn collapse_ws(s: &str) -> String {
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// Text between the `{` at `open` and its matching `}`.
+    fn braced(s: &str, open: usize) -> &str {
+        let mut depth = 0;
+        for (i, c) in s[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return &s[open + 1..open + i];
+                    }
+                }
+                _ => {}
+            }
+        }
+        panic!("unbalanced braces in the header");
+    }
+
+    impl Header {
+        fn parse() -> Header {
+            let text = collapse_ws(&strip_comments(HEADER));
+            let mut enums = HashSet::new();
+            for (i, _) in text.match_indices("typedef enum {") {
+                let open = i + "typedef enum ".len();
+                let after = &text[open + braced(&text, open).len() + 2..];
+                enums.insert(after.trim_start().split(';').next().unwrap().trim().to_string());
+            }
+            let mut fn_pointers = HashSet::new();
+            for stmt in text.split(';').map(str::trim).filter(|s| s.starts_with("typedef ")) {
+                if let Some(p) = stmt.find("(*") {
+                    fn_pointers.insert(stmt[p + 2..].split(')').next().unwrap().trim().to_string());
+                }
+            }
+            let mut last_field = HashMap::new();
+            for (i, _) in text.match_indices("PJRT_DEFINE_STRUCT_TRAITS(") {
+                let args = text[i + "PJRT_DEFINE_STRUCT_TRAITS(".len()..].split(')').next().unwrap();
+                let (name, last) = args.split_once(',').unwrap();
+                last_field.insert(name.trim().to_string(), last.trim().to_string());
+            }
+            let api = "PJRT_STRUCT_SIZE(PJRT_Api,";
+            let i = text.find(api).expect("the header defines PJRT_Api_STRUCT_SIZE");
+            let last = text[i + api.len()..].split(')').next().unwrap().trim().to_string();
+            last_field.insert("PJRT_Api".into(), last);
+            Header { text, enums, fn_pointers, last_field }
+        }
+
+        /// The body of `struct name { … }`, if the header defines it.
+        fn body(&self, name: &str) -> Option<&str> {
+            let open = self.text.find(&format!("struct {name} {{"))? + "struct ".len() + name.len() + 1;
+            Some(braced(&self.text, open))
+        }
+
+        /// Fields, size and alignment of a header struct under LP64 C layout rules.
+        fn layout(&self, name: &str) -> Option<(Vec<CField>, usize, usize)> {
+            Some(self.lay_out(self.body(name)?, false))
+        }
+
+        fn lay_out(&self, body: &str, union: bool) -> (Vec<CField>, usize, usize) {
+            let (mut fields, mut end, mut align) = (Vec::new(), 0usize, 1usize);
+            for decl in split_decls(body) {
+                let (name, size, a) = self.decl(&decl);
+                let offset = if union { 0 } else { end.next_multiple_of(a) };
+                end = end.max(offset + size);
+                align = align.max(a);
+                fields.push(CField { name, offset, size });
+            }
+            (fields, end.next_multiple_of(align), align)
+        }
+
+        /// Name, size and alignment of one member declaration.
+        fn decl(&self, decl: &str) -> (String, usize, usize) {
+            if let Some(inner) = decl.strip_prefix("union") {
+                let open = inner.find('{').expect("a union body");
+                let (_, size, align) = self.lay_out(braced(inner, open), true);
+                return (String::new(), size, align);
+            }
+            if let Some(f) = decl.strip_prefix("_PJRT_API_STRUCT_FIELD(") {
+                return (f.trim_end_matches(')').trim().to_string(), 8, 8);
+            }
+            if let Some(p) = decl.find("(*") {
+                return (decl[p + 2..].split(')').next().unwrap().trim().to_string(), 8, 8);
+            }
+            assert!(!decl.contains('['), "arrays are not handled: {decl}");
+            let words: Vec<&str> = decl.split(|c: char| c.is_whitespace() || c == '*').filter(|w| !w.is_empty()).collect();
+            let (name, ty) = words.split_last().expect("a declaration");
+            if decl.contains('*') {
+                return (name.to_string(), 8, 8);
+            }
+            let ty: Vec<&str> = ty.iter().copied().filter(|w| *w != "const" && *w != "struct").collect();
+            let (size, align) = match ty.join(" ").as_str() {
+                "size_t" | "int64_t" | "uint64_t" | "double" | "intptr_t" | "uintptr_t" => (8, 8),
+                "int" | "int32_t" | "uint32_t" | "float" | "unsigned" | "unsigned int" => (4, 4),
+                "int16_t" | "uint16_t" => (2, 2),
+                "bool" | "char" | "int8_t" | "uint8_t" => (1, 1),
+                t if self.enums.contains(t) => (4, 4),
+                t if self.fn_pointers.contains(t) => (8, 8),
+                t => match self.layout(t) {
+                    Some((_, size, align)) => (size, align),
+                    None => panic!("unknown C type {t:?} in {decl:?}"),
+                },
+            };
+            (name.to_string(), size, align)
+        }
+    }
+
+    /// Member declarations of a struct body (`;`-separated at brace depth 0).
+    fn split_decls(body: &str) -> Vec<String> {
+        let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0);
+        for c in body.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ';' if depth == 0 => {
+                    out.push(std::mem::take(&mut cur).trim().to_string());
+                    continue;
+                }
+                _ => {}
+            }
+            cur.push(c);
+        }
+        out.into_iter().filter(|d| !d.is_empty()).collect()
+    }
+
+    /// The header's name for a Rust field: `type_` is `type`; `value` is NamedValue's union.
+    fn c_name(struct_name: &str, rust: &str) -> String {
+        match (struct_name, rust) {
+            ("PJRT_NamedValue", "value") => String::new(),
+            _ => rust.trim_end_matches('_').to_string(),
+        }
+    }
+
+    /// Every difference between one Rust struct and the header's; empty when they agree.
+    fn check(h: &Header, name: &str, fields: &[Field], rust_size: usize) -> Vec<String> {
+        let mut errors = Vec::new();
+        let Some((c, c_size, _)) = h.layout(name) else {
+            return vec![format!("{name}: declared in ffi.rs, not defined in the header")];
+        };
+        let Some(last) = h.last_field.get(name) else {
+            return vec![format!("{name}: the header gives it no *_STRUCT_SIZE")];
+        };
+        let prefix_only = name == PREFIX_ONLY;
+        if fields.len() > c.len() || (!prefix_only && fields.len() != c.len()) {
+            errors.push(format!("{name}: {} fields in Rust, {} in the header", fields.len(), c.len()));
+        }
+        for (r, c) in fields.iter().zip(&c) {
+            let n = c_name(name, r.name);
+            if (n.as_str(), r.offset, r.size) != (c.name.as_str(), c.offset, c.size) {
+                errors.push(format!(
+                    "{name}: Rust field {} at {} ({} bytes), header field {:?} at {} ({} bytes)",
+                    r.name, r.offset, r.size, c.name, c.offset, c.size
+                ));
+            }
+        }
+        // What PJRT_STRUCT_SIZE(name, last) means: offsetof(last) + sizeof(last).
+        let c_last = c.iter().find(|f| &f.name == last).expect("the header's last field is a field");
+        let header_struct_size = c_last.offset + c_last.size;
+        if prefix_only {
+            if rust_size > c_size {
+                errors.push(format!("{name}: {rust_size} bytes in Rust, more than the header's {c_size}"));
+            }
+        } else {
+            match fields.iter().find(|f| c_name(name, f.name) == *last) {
+                Some(f) if f.offset + f.size == header_struct_size => {}
+                Some(f) => errors.push(format!(
+                    "{name}: {name}_STRUCT_SIZE is {header_struct_size}, Rust's {last} ends at {}",
+                    f.offset + f.size
+                )),
+                None => errors.push(format!("{name}: no Rust field {last} ({name}_STRUCT_SIZE = {header_struct_size})")),
+            }
+            // `new()` sends size_of as struct_size: it must be the header's size, padded.
+            if rust_size != c_size || rust_size < header_struct_size {
+                errors.push(format!("{name}: size_of {rust_size}, the header's struct is {c_size} (STRUCT_SIZE {header_struct_size})"));
+            }
+        }
+        errors
+    }
+
     // Sizes and offsets a C compiler gives for the 0.81 header's *_STRUCT_SIZE gives on x86_64/aarch64 (LP64).
     #[test]
     fn struct_sizes_match_header() {
@@ -311,5 +627,77 @@ mod layout {
         assert_eq!(std::mem::size_of::<PJRT_Event_OnReady_Args>(), 40);
         assert_eq!(std::mem::offset_of!(PJRT_Api, PJRT_Event_OnReady), 112);
         assert_eq!(std::mem::offset_of!(PJRT_Api, PJRT_Buffer_ReadyEvent), 616);
+    }
+
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn every_struct_matches_the_header_field_by_field() {
+        let h = Header::parse();
+        let structs = rust_structs();
+        let listed: HashSet<&str> = structs.iter().map(|s| s.0).collect();
+        let mut errors: Vec<String> = declared_in_source()
+            .into_iter()
+            .filter(|n| !listed.contains(n.as_str()))
+            .map(|n| format!("{n}: declared in ffi.rs but missing from layout::rust_structs"))
+            .collect();
+        // Structs must go through c_struct! (or args!) so that their fields are listed.
+        for line in source().lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("pub struct ") {
+                if !rest.starts_with('$') {
+                    errors.push(format!("`{line}`: declare it with c_struct! so the layout test sees its fields"));
+                }
+            }
+        }
+        for (name, fields, size) in &structs {
+            errors.extend(check(&h, name, fields, *size));
+        }
+        assert!(structs.len() >= 43, "{} structs listed", structs.len());
+        assert!(errors.is_empty(), "ffi.rs disagrees with include/pjrt_c_api.h:\n{}", errors.join("\n"));
+    }
+
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn the_check_catches_a_dropped_field_and_a_short_struct() {
+        let h = Header::parse();
+        let mut fields = PJRT_Buffer_ToHostBuffer_Args::fields();
+        let size = std::mem::size_of::<PJRT_Buffer_ToHostBuffer_Args>();
+        assert!(check(&h, "PJRT_Buffer_ToHostBuffer_Args", &fields, size).is_empty());
+        // Without `host_layout` every later field is 8 bytes early and the struct short.
+        fields.remove(3);
+        for f in &mut fields[3..] {
+            f.offset -= 8;
+        }
+        let errors = check(&h, "PJRT_Buffer_ToHostBuffer_Args", &fields, size - 8);
+        assert!(errors.iter().any(|e| e.contains("STRUCT_SIZE is 56")), "{errors:?}");
+        assert!(errors.iter().any(|e| e.contains("fields in Rust")), "{errors:?}");
+        // A struct the header does not define, and one whose last field is missing.
+        assert!(!check(&h, "PJRT_No_Such_Args", &[], 16).is_empty());
+        let mut fields = PJRT_Event_OnReady_Args::fields();
+        fields.pop();
+        assert!(check(&h, "PJRT_Event_OnReady_Args", &fields, 32).iter().any(|e| e.contains("no Rust field user_arg")));
+    }
+
+    #[test]
+    fn element_bytes_follow_the_header_enum() {
+        let text = collapse_ws(&strip_comments(HEADER));
+        let end = text.find("} PJRT_Buffer_Type;").expect("the buffer type enum");
+        let open = text[..end].rfind("typedef enum {").unwrap() + "typedef enum ".len();
+        let names: Vec<&str> = braced(&text, open).split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+        assert!(names.iter().all(|n| !n.contains('=')), "the enum is numbered in order");
+        for (value, name) in names.iter().enumerate() {
+            let t = name.strip_prefix("PJRT_Buffer_Type_").unwrap();
+            let expected = match t {
+                "INVALID" | "TOKEN" | "S4" | "U4" | "S2" | "U2" | "F4E2M1FN" => None,
+                "PRED" | "S8" | "U8" => Some(1),
+                _ if t.starts_with("F8") => Some(1),
+                "S16" | "U16" | "F16" | "BF16" => Some(2),
+                "S32" | "U32" | "F32" => Some(4),
+                "S64" | "U64" | "F64" | "C64" => Some(8),
+                "C128" => Some(16),
+                other => panic!("a buffer type this test does not know: {other}"),
+            };
+            assert_eq!(element_bytes(value as BufferType), expected, "{name} = {value}");
+        }
+        assert_eq!(element_bytes(names.len() as BufferType), None);
     }
 }

@@ -1,6 +1,8 @@
 //! A thin safe layer over the PJRT C API: the plugin's function table, client, devices,
 //! buffers, executables and events. Every handle is freed on drop; every C error becomes a
 //! [`PjrtError`] carrying PJRT's code and message. Nothing here knows about ops or tensors.
+//! Raw PJRT pointers never leave this module: safe callers pass handles ([`Buffer`],
+//! [`DeviceInfo`]), which are checked to belong to the client they are used with.
 
 pub mod ffi;
 
@@ -35,6 +37,13 @@ pub fn code_name(code: i32) -> &'static str {
 
 /// Error code a missing function is reported with.
 const UNIMPLEMENTED: i32 = 12;
+/// Error code of a call refused before it reaches the plugin (a handle of another client, a
+/// host array of the wrong size).
+const INVALID_ARGUMENT: i32 = 3;
+
+fn invalid_argument(function: &'static str, message: String) -> PjrtError {
+    PjrtError { code: INVALID_ARGUMENT, message, function }
+}
 
 pub type Result<T> = std::result::Result<T, PjrtError>;
 
@@ -47,8 +56,13 @@ macro_rules! call {
         let offset = std::mem::offset_of!(ffi::PJRT_Api, $func);
         let f = if offset < table.struct_size { table.$func } else { None };
         match f {
-            // SAFETY: the args struct mirrors the header and lives for the whole call.
-            Some(f) => api.take_error(unsafe { f($args) }, stringify!($func)),
+            Some(f) => {
+                // SAFETY: the args struct mirrors the header (the ffi layout test) and lives
+                // for the whole call; its pointers are set by the callers in this module.
+                let err = unsafe { f($args) };
+                // SAFETY: a PJRT function returns null or a fresh error the caller owns.
+                unsafe { api.take_error(err, stringify!($func)) }
+            }
             None => Err(PjrtError {
                 code: UNIMPLEMENTED,
                 message: "this plugin does not provide the function".into(),
@@ -69,6 +83,7 @@ pub struct Api {
 
 // SAFETY: the PJRT C API is thread-safe by contract; the table is immutable after load.
 unsafe impl Send for Api {}
+// SAFETY: as for Send.
 unsafe impl Sync for Api {}
 
 /// Why a plugin could not be loaded.
@@ -95,6 +110,7 @@ impl Api {
         // SAFETY: GetPjrtApi has this signature in every PJRT plugin.
         let get: libloading::Symbol<ffi::GetPjrtApi> = unsafe { lib.get(b"GetPjrtApi\0") }
             .map_err(|source| LoadError::NoSymbol { path: path.into(), source })?;
+        // SAFETY: GetPjrtApi takes no arguments and returns the plugin's static table.
         let table = unsafe { get() };
         if table.is_null() {
             return Err(LoadError::NullApi { path: path.into() });
@@ -119,22 +135,27 @@ impl Api {
         let mut args = ffi::PJRT_Plugin_Attributes_Args::new();
         call!(self, PJRT_Plugin_Attributes, &mut args)?;
         let mut out = Vec::new();
-        for i in 0..args.num_attributes {
-            // SAFETY: the plugin owns `num_attributes` named values for its lifetime.
-            let nv = unsafe { &*args.attributes.add(i) };
+        // SAFETY: the plugin owns `num_attributes` named values for the process's lifetime.
+        let attributes = unsafe { slice_from(args.attributes, args.num_attributes) };
+        for nv in attributes {
+            // SAFETY: a named value's name is `name_size` bytes the plugin owns.
             let name = unsafe { str_from(nv.name, nv.name_size) };
-            let value = unsafe {
-                match nv.type_ {
-                    ffi::NAMED_VALUE_STRING => str_from(nv.value.string_value, nv.value_size),
-                    ffi::NAMED_VALUE_INT64 => nv.value.int64_value.to_string(),
-                    ffi::NAMED_VALUE_INT64_LIST => {
-                        let s = std::slice::from_raw_parts(nv.value.int64_array_value, nv.value_size);
-                        format!("{s:?}")
-                    }
-                    ffi::NAMED_VALUE_FLOAT => nv.value.float_value.to_string(),
-                    ffi::NAMED_VALUE_BOOL => nv.value.bool_value.to_string(),
-                    _ => "?".into(),
+            // `type_` says which union member the plugin set.
+            let value = match nv.type_ {
+                // SAFETY: a string member: `value_size` bytes the plugin owns.
+                ffi::NAMED_VALUE_STRING => unsafe { str_from(nv.value.string_value, nv.value_size) },
+                // SAFETY: the member `type_` names.
+                ffi::NAMED_VALUE_INT64 => unsafe { nv.value.int64_value }.to_string(),
+                ffi::NAMED_VALUE_INT64_LIST => {
+                    // SAFETY: a list member: `value_size` integers the plugin owns.
+                    let list = unsafe { slice_from(nv.value.int64_array_value, nv.value_size) };
+                    format!("{list:?}")
                 }
+                // SAFETY: the member `type_` names.
+                ffi::NAMED_VALUE_FLOAT => unsafe { nv.value.float_value }.to_string(),
+                // SAFETY: the member `type_` names.
+                ffi::NAMED_VALUE_BOOL => unsafe { nv.value.bool_value }.to_string(),
+                _ => "?".into(),
             };
             out.push((name, value));
         }
@@ -147,7 +168,11 @@ impl Api {
     }
 
     /// Converts (and frees) a returned error pointer.
-    fn take_error(&self, err: *mut ffi::PJRT_Error, function: &'static str) -> Result<()> {
+    ///
+    /// # Safety
+    /// `err` is null or an error this plugin returned that nothing has freed; it is freed
+    /// here and must not be used afterwards.
+    unsafe fn take_error(&self, err: *mut ffi::PJRT_Error, function: &'static str) -> Result<()> {
         if err.is_null() {
             return Ok(());
         }
@@ -156,34 +181,52 @@ impl Api {
         code.error = err;
         let mut msg = ffi::PJRT_Error_Message_Args::new();
         msg.error = err;
-        // SAFETY: the three error functions are required members of every table.
-        unsafe {
-            if let Some(f) = t.PJRT_Error_GetCode {
-                let e = f(&mut code);
-                if !e.is_null() {
-                    code.code = 2;
-                }
-            }
-            if let Some(f) = t.PJRT_Error_Message {
-                f(&mut msg);
+        // The three error functions are required members of every table: no call! lookup.
+        if let Some(f) = t.PJRT_Error_GetCode {
+            // SAFETY: `err` is a live error of this plugin (the caller's contract).
+            let e = unsafe { f(&mut code) };
+            if !e.is_null() {
+                code.code = 2;
             }
         }
+        if let Some(f) = t.PJRT_Error_Message {
+            // SAFETY: as above.
+            unsafe { f(&mut msg) };
+        }
+        // SAFETY: the message is `message_size` bytes owned by `err`, which is still alive.
         let message = unsafe { str_from(msg.message, msg.message_size) };
         let mut destroy = ffi::PJRT_Error_Destroy_Args::new();
         destroy.error = err;
         if let Some(f) = t.PJRT_Error_Destroy {
+            // SAFETY: `err` is ours to free (the caller's contract) and not used after this.
             unsafe { f(&mut destroy) };
         }
         Err(PjrtError { code: code.code, message, function })
     }
 }
 
-/// Copies a (pointer, length) string the plugin owns.
+/// Copies a (pointer, length) string the plugin owns; null is the empty string.
+///
+/// # Safety
+/// `p` is null, or points to `len` readable bytes that stay unchanged during the call.
 unsafe fn str_from(p: *const c_char, len: usize) -> String {
-    if p.is_null() {
-        return String::new();
+    // SAFETY: the caller's contract, with null handled by `slice_from`.
+    let bytes = unsafe { slice_from(p as *const u8, len) };
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A (pointer, length) array the plugin returned, as a slice; null or zero length is empty
+/// (plugins may return null for no elements, which `slice::from_raw_parts` does not allow).
+///
+/// # Safety
+/// `p` is null, or points to `len` initialised, aligned `T`s that stay alive and unchanged
+/// for `'a`.
+unsafe fn slice_from<'a, T>(p: *const T, len: usize) -> &'a [T] {
+    if p.is_null() || len == 0 {
+        return &[];
     }
-    String::from_utf8_lossy(std::slice::from_raw_parts(p as *const u8, len)).into_owned()
+    // SAFETY: non-null and the caller's contract.
+    unsafe { std::slice::from_raw_parts(p, len) }
 }
 
 /// A value for `PJRT_Client_Create`'s options.
@@ -197,7 +240,9 @@ pub enum OptionValue {
 /// One addressable device of a client.
 #[derive(Debug, Clone)]
 pub struct DeviceInfo {
-    pub raw: *mut ffi::PJRT_Device,
+    /// Only code in this module dereferences it, and only after checking the device belongs
+    /// to the client in use ([`Client::owns`]).
+    raw: *mut ffi::PJRT_Device,
     /// Global device id.
     pub id: i32,
     pub local_hardware_id: i32,
@@ -217,6 +262,7 @@ pub struct Client {
 
 // SAFETY: a PJRT client may be used from any thread (the C API is thread-safe).
 unsafe impl Send for Client {}
+// SAFETY: as for Send; nothing here mutates a client after it is made.
 unsafe impl Sync for Client {}
 
 impl Client {
@@ -266,10 +312,12 @@ impl Client {
         let mut name = ffi::PJRT_Client_PlatformName_Args::new();
         name.client = client.raw;
         call!(&client.api, PJRT_Client_PlatformName, &mut name)?;
+        // SAFETY: the name is owned by the live client.
         client.platform_name = unsafe { str_from(name.platform_name, name.platform_name_size) };
         let mut ver = ffi::PJRT_Client_PlatformVersion_Args::new();
         ver.client = client.raw;
         if call!(&client.api, PJRT_Client_PlatformVersion, &mut ver).is_ok() {
+            // SAFETY: as above.
             client.platform_version = unsafe { str_from(ver.platform_version, ver.platform_version_size) };
         }
         client.devices = client.list_devices()?;
@@ -280,10 +328,10 @@ impl Client {
         let mut args = ffi::PJRT_Client_AddressableDevices_Args::new();
         args.client = self.raw;
         call!(&self.api, PJRT_Client_AddressableDevices, &mut args)?;
-        let mut out = Vec::with_capacity(args.num_addressable_devices);
-        for i in 0..args.num_addressable_devices {
-            // SAFETY: the client owns the device array for its lifetime.
-            let raw = unsafe { *args.addressable_devices.add(i) };
+        // SAFETY: the client owns the device array for its lifetime.
+        let raws = unsafe { slice_from(args.addressable_devices, args.num_addressable_devices) };
+        let mut out = Vec::with_capacity(raws.len());
+        for &raw in raws {
             let mut d = ffi::PJRT_Device_GetDescription_Args::new();
             d.device = raw;
             call!(&self.api, PJRT_Device_GetDescription, &mut d)?;
@@ -306,11 +354,27 @@ impl Client {
                 raw,
                 id: id.id,
                 local_hardware_id,
+                // SAFETY: both strings are owned by the device, which lives as the client.
                 kind: unsafe { str_from(kind.device_kind, kind.device_kind_size) },
+                // SAFETY: as above.
                 description: unsafe { str_from(s.to_string, s.to_string_size) },
             });
         }
         Ok(out)
+    }
+
+    /// Whether `device` is one of this client's devices (a device of another client, or of
+    /// a destroyed one, must never reach this client's plugin).
+    #[inline]
+    pub fn owns(&self, device: &DeviceInfo) -> bool {
+        self.devices.iter().any(|d| d.raw == device.raw)
+    }
+
+    fn check_device(&self, device: &DeviceInfo, function: &'static str) -> Result<()> {
+        if self.owns(device) {
+            return Ok(());
+        }
+        Err(invalid_argument(function, format!("device {} ({}) is not a device of this client", device.id, device.kind)))
     }
 
     /// Compiles a program (`format` "mlir": StableHLO text or bytecode) with serialized
@@ -331,7 +395,8 @@ impl Client {
         args.compile_options = options.as_ptr() as *const c_char;
         args.compile_options_size = options.len();
         call!(&self.api, PJRT_Client_Compile, &mut args)?;
-        Executable::wrap(self, args.executable)
+        // SAFETY: a successful compile hands us a new loaded executable of this client.
+        unsafe { Executable::wrap(self, args.executable) }
     }
 
     /// Loads an executable serialized by [`Executable::serialize`].
@@ -341,11 +406,12 @@ impl Client {
         args.serialized_executable = bytes.as_ptr() as *const c_char;
         args.serialized_executable_size = bytes.len();
         call!(&self.api, PJRT_Executable_DeserializeAndLoad, &mut args)?;
-        Executable::wrap(self, args.loaded_executable)
+        // SAFETY: a successful load hands us a new loaded executable of this client.
+        unsafe { Executable::wrap(self, args.loaded_executable) }
     }
 
     /// Copies a dense row-major host array to `device`. `data` must hold exactly the bytes of
-    /// `dims` × the element size of `ty`; the caller checks that.
+    /// `dims` × the element size of `ty` (checked: the plugin would read past a shorter one).
     pub fn buffer_from_host(
         self: &Arc<Self>,
         data: &[u8],
@@ -353,6 +419,15 @@ impl Client {
         dims: &[i64],
         device: &DeviceInfo,
     ) -> Result<Buffer> {
+        const F: &str = "PJRT_Client_BufferFromHostBuffer";
+        self.check_device(device, F)?;
+        let expected = ffi::element_bytes(ty).and_then(|size| {
+            dims.iter().try_fold(size, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+        });
+        if expected != Some(data.len()) {
+            let message = format!("{} bytes of host data for buffer type {ty} with dims {dims:?}", data.len());
+            return Err(invalid_argument(F, message));
+        }
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
         args.client = self.raw;
         // A non-null pointer even for zero bytes: some plugins reject null data.
@@ -365,7 +440,8 @@ impl Client {
         call!(&self.api, PJRT_Client_BufferFromHostBuffer, &mut args)?;
         let buffer = Buffer { client: self.clone(), raw: args.buffer };
         // With "immutable only during call" the host data is already copied; just free it.
-        Event::wrap(&self.api, args.done_with_host_buffer);
+        // SAFETY: the event is new and ours to destroy.
+        drop(unsafe { Event::wrap(&self.api, args.done_with_host_buffer) });
         Ok(buffer)
     }
 }
@@ -385,7 +461,11 @@ pub struct Event<'a> {
 }
 
 impl<'a> Event<'a> {
-    fn wrap(api: &'a Api, raw: *mut ffi::PJRT_Event) -> Option<Event<'a>> {
+    /// Takes ownership of an event (none for null).
+    ///
+    /// # Safety
+    /// `raw` is null or a live event of `api`'s plugin that nothing else destroys.
+    unsafe fn wrap(api: &'a Api, raw: *mut ffi::PJRT_Event) -> Option<Event<'a>> {
         (!raw.is_null()).then_some(Event { api, raw })
     }
 
@@ -408,10 +488,12 @@ impl Event<'_> {
         unsafe extern "C" fn fire<F: FnOnce(Result<()>)>(error: *mut ffi::PJRT_Error, user_arg: *mut std::ffi::c_void) {
             // SAFETY: `user_arg` is the Box leaked below, handed to exactly one call.
             let pending = unsafe { Box::from_raw(user_arg as *mut Pending<F>) };
-            let outcome = pending.api.take_error(error, "PJRT_Event_OnReady");
+            // SAFETY: the callback owns `error` (null on success), from `pending.api`'s plugin.
+            let outcome = unsafe { pending.api.take_error(error, "PJRT_Event_OnReady") };
             (pending.f)(outcome);
         }
-        debug_assert!(std::ptr::eq(Arc::as_ptr(api), self.api));
+        // The callback frees the event's error through `api`: it must be this event's plugin.
+        assert!(std::ptr::eq(Arc::as_ptr(api), self.api), "Event::on_ready given another plugin's Api");
         let user_arg = Box::into_raw(Box::new(Pending { api: api.clone(), f })) as *mut std::ffi::c_void;
         let mut args = ffi::PJRT_Event_OnReady_Args::new();
         args.event = self.raw;
@@ -420,6 +502,7 @@ impl Event<'_> {
         let registered = call!(self.api, PJRT_Event_OnReady, &mut args);
         if registered.is_err() {
             // Not registered: the callback will never run, so free its state here.
+            // SAFETY: the Box leaked above, which no callback received.
             drop(unsafe { Box::from_raw(user_arg as *mut Pending<F>) });
         }
         registered
@@ -442,13 +525,10 @@ pub struct Buffer {
 
 // SAFETY: PJRT buffers may be used and destroyed from any thread.
 unsafe impl Send for Buffer {}
+// SAFETY: as for Send; every method takes the buffer read-only.
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
-    pub fn raw(&self) -> *mut ffi::PJRT_Buffer {
-        self.raw
-    }
-
     pub fn client(&self) -> &Arc<Client> {
         &self.client
     }
@@ -464,8 +544,8 @@ impl Buffer {
         let mut args = ffi::PJRT_Buffer_Dimensions_Args::new();
         args.buffer = self.raw;
         call!(&self.client.api, PJRT_Buffer_Dimensions, &mut args)?;
-        // SAFETY: the buffer owns `num_dims` dims.
-        Ok(unsafe { std::slice::from_raw_parts(args.dims, args.num_dims) }.to_vec())
+        // SAFETY: the buffer owns `num_dims` dims (none, maybe a null pointer, for a scalar).
+        Ok(unsafe { slice_from(args.dims, args.num_dims) }.to_vec())
     }
 
     pub fn on_device_size(&self) -> Result<usize> {
@@ -481,23 +561,33 @@ impl Buffer {
         let mut args = ffi::PJRT_Buffer_ReadyEvent_Args::new();
         args.buffer = self.raw;
         call!(&self.client.api, PJRT_Buffer_ReadyEvent, &mut args)?;
-        match Event::wrap(&self.client.api, args.event) {
+        // SAFETY: the event is new and ours to destroy.
+        match unsafe { Event::wrap(&self.client.api, args.event) } {
             Some(e) => e.wait(),
             None => Ok(()),
         }
     }
 
-    /// Copies the buffer into `dst` (dense, row-major) and waits for the copy.
+    /// Copies the buffer into `dst` (dense, row-major) and waits for the copy. A `dst` shorter
+    /// than the buffer is refused here (for whole-byte types), whatever the plugin checks.
     pub fn to_host(&self, dst: &mut [u8]) -> Result<()> {
         if dst.is_empty() {
             return self.wait_ready();
+        }
+        if let Some(size) = ffi::element_bytes(self.element_type()?) {
+            let needed = self.dims()?.iter().try_fold(size, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+            if needed.is_none_or(|n| dst.len() < n) {
+                let message = format!("{} bytes of host memory for a buffer of {needed:?} bytes", dst.len());
+                return Err(invalid_argument("PJRT_Buffer_ToHostBuffer", message));
+            }
         }
         let mut args = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
         args.src = self.raw;
         args.dst = dst.as_mut_ptr() as *mut _;
         args.dst_size = dst.len();
         call!(&self.client.api, PJRT_Buffer_ToHostBuffer, &mut args)?;
-        match Event::wrap(&self.client.api, args.event) {
+        // SAFETY: the event is new and ours to destroy.
+        match unsafe { Event::wrap(&self.client.api, args.event) } {
             Some(e) => e.wait(),
             None => Ok(()),
         }
@@ -505,6 +595,7 @@ impl Buffer {
 
     /// Copies the buffer to another device of the same client.
     pub fn copy_to_device(&self, device: &DeviceInfo) -> Result<Buffer> {
+        self.client.check_device(device, "PJRT_Buffer_CopyToDevice")?;
         let mut args = ffi::PJRT_Buffer_CopyToDevice_Args::new();
         args.buffer = self.raw;
         args.dst_device = device.raw;
@@ -530,10 +621,15 @@ pub struct Executable {
 
 // SAFETY: loaded executables may be executed concurrently from any thread.
 unsafe impl Send for Executable {}
+// SAFETY: as for Send.
 unsafe impl Sync for Executable {}
 
 impl Executable {
-    fn wrap(client: &Arc<Client>, raw: *mut ffi::PJRT_LoadedExecutable) -> Result<Executable> {
+    /// Takes ownership of a loaded executable (destroyed on drop, also when this fails).
+    ///
+    /// # Safety
+    /// `raw` is a live loaded executable of `client` that nothing else destroys.
+    unsafe fn wrap(client: &Arc<Client>, raw: *mut ffi::PJRT_LoadedExecutable) -> Result<Executable> {
         let mut exe = Executable { client: client.clone(), raw, num_outputs: 0 };
         exe.num_outputs = exe.with_executable(|api, e| {
             let mut args = ffi::PJRT_Executable_NumOutputs_Args::new();
@@ -574,10 +670,9 @@ impl Executable {
             args.executable = e;
             call!(api, PJRT_Executable_Serialize, &mut args)?;
             // SAFETY: bytes owned by `serialized_executable` until its deleter runs.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(args.serialized_bytes as *const u8, args.serialized_bytes_size).to_vec()
-            };
+            let bytes = unsafe { slice_from(args.serialized_bytes as *const u8, args.serialized_bytes_size) }.to_vec();
             if let Some(del) = args.serialized_executable_deleter {
+                // SAFETY: called once, after the last read of the bytes.
                 unsafe { del(args.serialized_executable) };
             }
             Ok(bytes)
@@ -587,16 +682,27 @@ impl Executable {
     /// Executes on `device` with `args` and writes the `num_outputs` new buffers into
     /// `outputs`. Returns as soon as the plugin accepted the work; with `completion`, also
     /// the event that fires when the device finished (carrying the execution's error).
+    /// `device` and every argument must belong to this executable's client.
     pub fn execute(
         &self,
-        args: &[*mut ffi::PJRT_Buffer],
+        args: &[&Buffer],
         device: &DeviceInfo,
         outputs: &mut SmallVec<[Buffer; 1]>,
         completion: bool,
     ) -> Result<Option<Event<'_>>> {
+        const F: &str = "PJRT_LoadedExecutable_Execute";
+        self.client.check_device(device, F)?;
+        // Inline for up to 4 arguments: no allocation on the dispatch hot path.
+        let mut raw_args: SmallVec<[*mut ffi::PJRT_Buffer; 4]> = SmallVec::with_capacity(args.len());
+        for (i, b) in args.iter().enumerate() {
+            if !Arc::ptr_eq(&b.client, &self.client) {
+                return Err(invalid_argument(F, format!("argument {i} is a buffer of another client")));
+            }
+            raw_args.push(b.raw);
+        }
         let mut opts = ffi::PJRT_ExecuteOptions::new();
         let mut raw_out: SmallVec<[*mut ffi::PJRT_Buffer; 2]> = smallvec::smallvec![ptr::null_mut(); self.num_outputs];
-        let arg_list: *const *mut ffi::PJRT_Buffer = args.as_ptr();
+        let arg_list: *const *mut ffi::PJRT_Buffer = raw_args.as_ptr();
         let out_list: *mut *mut ffi::PJRT_Buffer = raw_out.as_mut_ptr();
         let mut done: *mut ffi::PJRT_Event = ptr::null_mut();
         let mut ex = ffi::PJRT_LoadedExecutable_Execute_Args::new();
@@ -610,13 +716,14 @@ impl Executable {
         ex.execute_device = device.raw;
         call!(&self.client.api, PJRT_LoadedExecutable_Execute, &mut ex)?;
         outputs.extend(raw_out.into_iter().map(|raw| Buffer { client: self.client.clone(), raw }));
-        Ok(Event::wrap(&self.client.api, done))
+        // SAFETY: the completion event (or null, without `completion`) is new and ours.
+        Ok(unsafe { Event::wrap(&self.client.api, done) })
     }
 
     /// Executes and blocks until the device finished; returns the execution's error.
     pub fn execute_and_wait(
         &self,
-        args: &[*mut ffi::PJRT_Buffer],
+        args: &[&Buffer],
         device: &DeviceInfo,
         outputs: &mut SmallVec<[Buffer; 1]>,
     ) -> Result<()> {

@@ -78,12 +78,6 @@ pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
     crate::cache::cache().lookup(&key).is_some()
 }
 
-/// The PJRT buffer under `t`, for benchmarks that execute raw.
-#[doc(hidden)]
-pub fn raw_buffer(t: &Tensor) -> *mut crate::pjrt::ffi::PJRT_Buffer {
-    t.buffer().expect("a tensor with values").raw()
-}
-
 /// A fresh `u64[2]` random state on `device` (inside a trace: a parameter drawn per call).
 pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
     if let Some(t) = crate::compile::traced_rng_state(device) {

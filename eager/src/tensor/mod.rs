@@ -12,7 +12,7 @@ mod methods;
 mod operators;
 mod read;
 
-pub use dispatch::{dispatch, executable_for, lookup_only, raw_buffer};
+pub use dispatch::{dispatch, executable_for, lookup_only};
 
 use std::sync::Arc;
 
@@ -145,8 +145,9 @@ impl Tensor {
     }
 
     /// The device buffer; an error for a traced tensor, which has values only when the
-    /// compiled function runs.
-    pub(crate) fn buffer(&self) -> Result<&Buffer> {
+    /// compiled function runs. Public for benchmarks that execute through `pjrt` directly.
+    #[doc(hidden)]
+    pub fn buffer(&self) -> Result<&Buffer> {
         self.inner.buffer.as_ref().ok_or_else(|| {
             Error::invalid(
                 "read",
