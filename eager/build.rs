@@ -3,7 +3,8 @@
 use std::path::Path;
 
 fn hash_dir(dir: &Path, h: &mut u64) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    let mut entries: Vec<_> =
+        std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
     entries.sort();
     for p in entries {
         if p.is_dir() {

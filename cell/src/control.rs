@@ -34,7 +34,8 @@ fn start_control_server() {
     };
     let _ = std::thread::Builder::new().name("eager-control".into()).spawn(move || {
         for stream in listener.incoming().flatten() {
-            let _ = std::thread::Builder::new().name("eager-control-conn".into()).spawn(move || serve(stream));
+            let _ =
+                std::thread::Builder::new().name("eager-control-conn".into()).spawn(move || serve(stream));
         }
     });
 }

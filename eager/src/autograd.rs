@@ -223,7 +223,10 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(Error::shape(
                 "backward",
-                format!("needs a scalar (one-element) tensor, got shape {:?}; reduce it first, e.g. .sum_all()", self.shape()),
+                format!(
+                    "needs a scalar (one-element) tensor, got shape {:?}; reduce it first, e.g. .sum_all()",
+                    self.shape()
+                ),
             ));
         }
         if !self.tracks_grad() {

@@ -75,7 +75,11 @@ impl CacheStats {
     /// Share of lookups found in memory.
     pub fn hit_rate(&self) -> f64 {
         let n = self.hits + self.misses + self.disk_hits;
-        if n == 0 { 0.0 } else { self.hits as f64 / n as f64 }
+        if n == 0 {
+            0.0
+        } else {
+            self.hits as f64 / n as f64
+        }
     }
 }
 
@@ -120,7 +124,10 @@ pub(crate) struct Cache {
 
 impl Cache {
     pub(crate) fn new() -> Cache {
-        let capacity = std::env::var("EAGER_CACHE_CAPACITY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CAPACITY);
+        let capacity = std::env::var("EAGER_CACHE_CAPACITY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_CAPACITY);
         let totals = CacheStats { capacity, ..Default::default() };
         Cache { inner: Mutex::new(Inner { map: HashMap::default(), tick: 0, totals }) }
     }
@@ -149,7 +156,14 @@ impl Cache {
 
     /// Stores an executable just compiled (`from_disk` false) or loaded from the persistent
     /// cache, evicting the least recently used beyond capacity.
-    pub(crate) fn insert(&self, key: OpKey, exe: Arc<Executable>, info: Arc<OpInfo>, ns: u64, from_disk: bool) {
+    pub(crate) fn insert(
+        &self,
+        key: OpKey,
+        exe: Arc<Executable>,
+        info: Arc<OpInfo>,
+        ns: u64,
+        from_disk: bool,
+    ) {
         let mut inner = self.lock();
         inner.tick += 1;
         let last_used = inner.tick;

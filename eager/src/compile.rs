@@ -151,7 +151,8 @@ pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     .unwrap_or_else(|| Err(Error::invalid(name, "a tensor traced inside a compiled function was used after the function returned; use the outputs of its call")))?;
     // Gradients flow inside the trace through traced tensors only: a captured tensor is a
     // constant of the program (parameters to train are Vars or arguments).
-    node_inputs = inputs.iter().map(|t| if t.trace_ref().is_some() { (*t).clone() } else { t.detach() }).collect();
+    node_inputs =
+        inputs.iter().map(|t| if t.trace_ref().is_some() { (*t).clone() } else { t.detach() }).collect();
     let refs: SmallVec<[&Tensor; 3]> = node_inputs.iter().collect();
     Ok(out.with_node(crate::autograd::record(&op, &refs)))
 }
@@ -181,7 +182,12 @@ pub(crate) fn write_var(var: &Var, value: &Tensor) -> Result<bool> {
         if rec.values[v].1 != *current.spec() {
             return Err(Error::shape(
                 "Var::set",
-                format!("{} holds {}; a compiled function cannot change it to {}", var.name(), current.spec(), rec.values[v].1),
+                format!(
+                    "{} holds {}; a compiled function cannot change it to {}",
+                    var.name(),
+                    current.spec(),
+                    rec.values[v].1
+                ),
             ));
         }
         rec.vars.insert(var.id(), value.clone());
@@ -295,7 +301,11 @@ where
                 let v = rec.add_param(Source::Arg(i), a.spec().clone());
                 let traced = rec.tensor(v);
                 // An argument that requires gradients is differentiable inside the function.
-                if a.requires_grad() { traced.set_requires_grad(true) } else { Ok(traced) }
+                if a.requires_grad() {
+                    traced.set_requires_grad(true)
+                } else {
+                    Ok(traced)
+                }
             })
             .collect::<Result<_>>()?;
         *lock(&t.recording) = Some(rec);
@@ -314,7 +324,12 @@ where
             return Err(Error::invalid(self.name, "a compiled function must return a tensor or set a Var"));
         }
         let program = Program::new(self.name, &rec.values, rec.sources.len(), &outputs, rec.ops);
-        Ok(Traced { program: Arc::new(program), sources: std::mem::take(&mut rec.sources), returned: returned.len(), writes })
+        Ok(Traced {
+            program: Arc::new(program),
+            sources: std::mem::take(&mut rec.sources),
+            returned: returned.len(),
+            writes,
+        })
     }
 }
 
@@ -339,7 +354,12 @@ fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
         })
         .collect::<Result<_>>()?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
-    let mut outs = crate::tensor::dispatch::dispatch_all(Op::Call(Call { program: t.program.clone() }), &refs, Some(device))?.into_vec();
+    let mut outs = crate::tensor::dispatch::dispatch_all(
+        Op::Call(Call { program: t.program.clone() }),
+        &refs,
+        Some(device),
+    )?
+    .into_vec();
     let written = outs.split_off(t.returned);
     for (var, value) in t.writes.iter().zip(written) {
         var.set(value)?;

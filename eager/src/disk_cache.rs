@@ -154,14 +154,21 @@ impl DiskCache {
 
     /// The executable stored for `program`, loaded into `client`; `None` if there is none or
     /// it is unusable (then it is removed, with a warning on stderr).
-    pub(crate) fn load(&self, client: &Arc<Client>, program: &str, options: &[u8], what: &str) -> Option<Executable> {
+    pub(crate) fn load(
+        &self,
+        client: &Arc<Client>,
+        program: &str,
+        options: &[u8],
+        what: &str,
+    ) -> Option<Executable> {
         let key = self.key(program, options);
         let path = self.path_for(&key);
         let mut file = match File::open(&path) {
             Ok(f) => f,
             Err(_) => return None,
         };
-        match read_entry(&mut file, &key).and_then(|bytes| client.deserialize(&bytes).map_err(BadEntry::Load)) {
+        match read_entry(&mut file, &key).and_then(|bytes| client.deserialize(&bytes).map_err(BadEntry::Load))
+        {
             Ok(exe) => {
                 // Mark it recently used, for eviction (best effort).
                 let _ = file_for_touch(&path).and_then(|f| f.set_modified(SystemTime::now()));
@@ -182,7 +189,10 @@ impl DiskCache {
     /// Failures only warn: the cache is an optimisation.
     pub(crate) fn store(&self, exe: &Executable, program: &str, options: &[u8], what: &str) {
         if let Err(e) = self.try_store(exe, program, options) {
-            eprintln!("eager: warning: cannot write the compile cache entry for {what} in {}: {e}", self.dir.display());
+            eprintln!(
+                "eager: warning: cannot write the compile cache entry for {what} in {}: {e}",
+                self.dir.display()
+            );
         }
     }
 

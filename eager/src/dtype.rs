@@ -22,8 +22,16 @@ pub enum DType {
 impl DType {
     /// Every dtype tensors can hold.
     pub const ALL: [DType; 10] = [
-        DType::Bool, DType::U8, DType::I32, DType::I64, DType::F16, DType::BF16, DType::F32,
-        DType::F64, DType::U32, DType::U64,
+        DType::Bool,
+        DType::U8,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+        DType::U32,
+        DType::U64,
     ];
 
     /// Short name as torch prints it (`f32`, `bf16`, `bool`, …).

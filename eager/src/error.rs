@@ -10,25 +10,49 @@ use crate::pjrt::{LoadError, PjrtError};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Input shapes that the op cannot take (found before compiling).
-    Shape { op: &'static str, msg: String },
+    Shape {
+        op: &'static str,
+        msg: String,
+    },
     /// Input dtypes that the op cannot take (found before compiling).
-    DType { op: &'static str, msg: String },
+    DType {
+        op: &'static str,
+        msg: String,
+    },
     /// Any other invalid argument (bad dim, bad index, mixed devices, …).
-    Invalid { op: &'static str, msg: String },
+    Invalid {
+        op: &'static str,
+        msg: String,
+    },
     /// PJRT rejected a compile, execute or transfer.
-    Pjrt { op: String, source: PjrtError },
+    Pjrt {
+        op: String,
+        source: PjrtError,
+    },
     /// An op failed on the device after it was dispatched. Dispatch is asynchronous, so this
     /// is reported by the first read (or wait) of a result that depends on it.
-    DeviceFailure { op: String, message: String, read: String },
+    DeviceFailure {
+        op: String,
+        message: String,
+        read: String,
+    },
     /// No usable plugin for the device kind.
     Plugin(crate::plugin::PluginError),
     Load(LoadError),
     /// A file could not be read or written.
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// A weights file is malformed, holds what eager cannot, or cannot hold what was saved.
-    Format { path: PathBuf, msg: String },
+    Format {
+        path: PathBuf,
+        msg: String,
+    },
     /// The session was interrupted (Ctrl-C in the REPL, interrupt in a notebook).
-    Interrupted { op: &'static str },
+    Interrupted {
+        op: &'static str,
+    },
 }
 
 impl Error {
@@ -98,7 +122,9 @@ static SHOWN: crate::shared::Shared<std::sync::Mutex<Option<(String, String)>>> 
 fn note_shown(kind: &str, text: &str) {
     // Only evcxr's cell process has a session: elsewhere skip the symbol lookup.
     static IN_CELL_PROCESS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*IN_CELL_PROCESS.get_or_init(|| std::env::var_os("EVCXR_IS_RUNTIME").is_some()) || !crate::shared::in_session() {
+    if !*IN_CELL_PROCESS.get_or_init(|| std::env::var_os("EVCXR_IS_RUNTIME").is_some())
+        || !crate::shared::in_session()
+    {
         return;
     }
     *crate::shared::lock(SHOWN.get()) = Some((kind.to_string(), text.to_string()));

@@ -35,7 +35,8 @@ where
     if names.contains(&"__metadata__") {
         return Err(format_error(path, "`__metadata__` is reserved by safetensors and cannot name a tensor"));
     }
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, t)| crate::tensor::dispatch::download(t.borrow())).collect::<Result<_>>()?;
+    let bytes: Vec<Vec<u8>> =
+        tensors.iter().map(|(_, t)| crate::tensor::dispatch::download(t.borrow())).collect::<Result<_>>()?;
     let views = tensors
         .iter()
         .zip(&bytes)
@@ -207,7 +208,8 @@ fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
     }
     // The dict and its closing newline; version 1.0 has a u16 length, 2.0 a u32.
     let text_len = dict.len() + 1;
-    let padded = |len_field: usize| text_len + NPY_ALIGN - (NPY_MAGIC.len() + 2 + len_field + text_len) % NPY_ALIGN;
+    let padded =
+        |len_field: usize| text_len + NPY_ALIGN - (NPY_MAGIC.len() + 2 + len_field + text_len) % NPY_ALIGN;
     let (major, len_field) = if padded(2) <= u16::MAX as usize { (1u8, 2) } else { (2u8, 4) };
     let header_len = padded(len_field);
     let mut out = Vec::with_capacity(NPY_MAGIC.len() + 2 + len_field + header_len);
@@ -241,7 +243,11 @@ fn parse_npy(file: &[u8]) -> std::result::Result<Npy<'_>, String> {
     let len_field = match major {
         1 => 2,
         2 | 3 => 4,
-        _ => return Err(format!("unsupported .npy format version {major}.{minor} (eager reads 1.0, 2.0 and 3.0)")),
+        _ => {
+            return Err(format!(
+                "unsupported .npy format version {major}.{minor} (eager reads 1.0, 2.0 and 3.0)"
+            ))
+        }
     };
     let header_start = 8 + len_field;
     let len_bytes = file.get(8..header_start).ok_or("file ends inside the header length")?;

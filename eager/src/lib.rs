@@ -32,8 +32,8 @@ pub mod dtype;
 pub mod error;
 pub mod io;
 pub mod nn;
-pub mod optim;
 pub mod ops;
+pub mod optim;
 pub mod pjrt;
 pub mod plugin;
 pub mod profiler;
@@ -43,6 +43,8 @@ pub mod shared;
 pub mod tensor;
 pub mod var;
 
+pub use autograd::{no_grad, NoGradGuard};
+pub use compile::{compile, Compiled};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
@@ -50,20 +52,18 @@ pub use runtime::{default_device, devices, manual_seed, set_default_device, set_
 pub use shape::Spec;
 pub use tensor::{dispatch, Tensor};
 pub use var::Var;
-pub use compile::{compile, Compiled};
-pub use autograd::{no_grad, NoGradGuard};
 
 /// What a notebook or REPL cell wants in scope.
 pub mod prelude {
+    pub use crate::autograd::no_grad;
+    pub use crate::compile::compile;
     pub use crate::device::{Device, DeviceKind};
     pub use crate::dtype::DType;
     pub use crate::error::{Error, Result};
+    pub use crate::nn::Module;
+    pub use crate::optim::Optimizer;
     pub use crate::runtime::{manual_seed, set_default_device, synchronize};
     pub use crate::tensor::Tensor;
     pub use crate::var::Var;
-    pub use crate::autograd::no_grad;
-    pub use crate::compile::compile;
-    pub use crate::nn::Module;
-    pub use crate::optim::Optimizer;
     pub use crate::{cache, nn, optim, profiler};
 }

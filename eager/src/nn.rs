@@ -38,7 +38,10 @@ pub fn load_state_dict(m: &dyn Module, values: &[(String, Tensor)]) -> Result<()
             .ok_or_else(|| Error::invalid("load_state_dict", format!("no value for parameter {name}")))?;
         let want = var.get();
         if t.spec() != want.spec() {
-            return Err(Error::shape("load_state_dict", format!("{name} is {}, the value given is {}", want.spec(), t.spec())));
+            return Err(Error::shape(
+                "load_state_dict",
+                format!("{name} is {}, the value given is {}", want.spec(), t.spec()),
+            ));
         }
         var.set(t.clone())?;
     }
@@ -64,7 +67,8 @@ impl Linear {
     pub fn with_options(inputs: usize, outputs: usize, bias: bool, dtype: DType) -> Result<Linear> {
         let bound = 1.0 / (inputs.max(1) as f64).sqrt();
         let weight = Var::parameter("weight", uniform(&[outputs, inputs], bound, dtype)?)?;
-        let bias = if bias { Some(Var::parameter("bias", uniform(&[outputs], bound, dtype)?)?) } else { None };
+        let bias =
+            if bias { Some(Var::parameter("bias", uniform(&[outputs], bound, dtype)?)?) } else { None };
         Ok(Linear { weight, bias })
     }
 }
@@ -174,7 +178,8 @@ impl Module for Dropout {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
         }
-        let keep = Tensor::random_on(crate::ops::Dist::Uniform, x.shape(), x.dtype(), x.device())?.ge_scalar(self.p)?;
+        let keep = Tensor::random_on(crate::ops::Dist::Uniform, x.shape(), x.dtype(), x.device())?
+            .ge_scalar(self.p)?;
         x.mul(&keep.to_dtype(x.dtype())?)?.div_scalar(1.0 - self.p)
     }
 
@@ -282,11 +287,18 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     if logits.rank() != 2 || targets.rank() != 1 || targets.shape()[0] != logits.shape()[0] {
         return Err(Error::shape(
             "cross_entropy",
-            format!("needs logits [N, C] and targets [N], got {:?} and {:?}", logits.shape(), targets.shape()),
+            format!(
+                "needs logits [N, C] and targets [N], got {:?} and {:?}",
+                logits.shape(),
+                targets.shape()
+            ),
         ));
     }
     if !matches!(targets.dtype(), DType::I32 | DType::I64) {
-        return Err(Error::dtype("cross_entropy", format!("targets must be class indices (i32 or i64), got {}", targets.dtype())));
+        return Err(Error::dtype(
+            "cross_entropy",
+            format!("targets must be class indices (i32 or i64), got {}", targets.dtype()),
+        ));
     }
     let classes = logits.shape()[1];
     // Targets from the host are checked here (a bad one would silently pick no class);

@@ -49,7 +49,13 @@ struct OpInfoWire {
 impl<'de> serde::Deserialize<'de> for OpInfo {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OpInfo, D::Error> {
         let w = OpInfoWire::deserialize(d)?;
-        Ok(OpInfo { name: intern(w.name), attrs: w.attrs, inputs: w.inputs, output: w.output, device: w.device })
+        Ok(OpInfo {
+            name: intern(w.name),
+            attrs: w.attrs,
+            inputs: w.inputs,
+            output: w.output,
+            device: w.device,
+        })
     }
 }
 
@@ -158,7 +164,10 @@ struct Log {
 
 impl Profiler {
     pub(crate) fn new() -> Profiler {
-        let capacity = std::env::var("EAGER_PROFILE_CAPACITY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CAPACITY);
+        let capacity = std::env::var("EAGER_PROFILE_CAPACITY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_CAPACITY);
         Profiler {
             epoch: Instant::now(),
             enabled: AtomicBool::new(std::env::var_os("EAGER_PROFILE_OFF").is_none()),
@@ -207,7 +216,16 @@ impl Profiler {
             log.dropped += 1;
         }
         if log.capacity > 0 {
-            log.events.push_back(Event { seq, kind, info: info.clone(), cache, start_ns, compile_ns, execute_ns, bytes });
+            log.events.push_back(Event {
+                seq,
+                kind,
+                info: info.clone(),
+                cache,
+                start_ns,
+                compile_ns,
+                execute_ns,
+                bytes,
+            });
         }
         Some(seq)
     }

@@ -37,7 +37,11 @@ impl Runtime {
         self.client.devices.get(device.index).ok_or_else(|| {
             Error::invalid(
                 "device",
-                format!("{device} does not exist: the {} plugin shows {} device(s)", self.kind, self.client.devices.len()),
+                format!(
+                    "{device} does not exist: the {} plugin shows {} device(s)",
+                    self.kind,
+                    self.client.devices.len()
+                ),
             )
         })
     }
@@ -144,9 +148,10 @@ pub fn describe_devices(kind: DeviceKind) -> Result<Vec<String>> {
         _ => None,
     };
     let rt = runtime(kind)?;
-    let devices = rt.client.devices.iter().enumerate().map(|(i, d)| {
-        format!("{}  kind={}  id={}  ({})", Device::new(kind, i), d.kind, d.id, d.description)
-    });
+    let devices =
+        rt.client.devices.iter().enumerate().map(|(i, d)| {
+            format!("{}  kind={}  id={}  ({})", Device::new(kind, i), d.kind, d.id, d.description)
+        });
     Ok(chips.into_iter().chain(devices).collect())
 }
 
@@ -306,7 +311,11 @@ impl Completion {
         }) {
             failure = earlier;
         }
-        Error::DeviceFailure { op: failure.op.clone(), message: failure.message.clone(), read: read.to_string() }
+        Error::DeviceFailure {
+            op: failure.op.clone(),
+            message: failure.message.clone(),
+            read: read.to_string(),
+        }
     }
 }
 
@@ -318,7 +327,11 @@ pub fn synchronize() {
 
 /// The executable for `key`: from memory, else from the persistent cache, else compiled (and
 /// stored in both). Returns it with the op's info, where it came from and the time it took.
-pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<(Arc<Executable>, Arc<OpInfo>, CacheOutcome, u64)> {
+pub(crate) fn executable(
+    rt: &Runtime,
+    key: OpKey,
+    start: Instant,
+) -> Result<(Arc<Executable>, Arc<OpInfo>, CacheOutcome, u64)> {
     if let Some((exe, info)) = cache().lookup(&key) {
         return Ok((exe, info, CacheOutcome::Hit, 0));
     }
@@ -337,7 +350,8 @@ pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<(Ar
     let (exe, outcome) = match loaded {
         Some(exe) => (exe, CacheOutcome::DiskHit),
         None => {
-            let exe = rt.client.compile(&mlir, options).map_err(Error::pjrt(format!("compiling {signature}")))?;
+            let exe =
+                rt.client.compile(&mlir, options).map_err(Error::pjrt(format!("compiling {signature}")))?;
             if let Some(d) = &rt.disk {
                 d.store(&exe, &mlir, options, &signature);
             }
@@ -368,7 +382,13 @@ pub(crate) struct Launched {
 /// (compiling or loading on a miss), enqueues the execution and returns its outputs at once.
 /// The device time and any failure arrive with the completion event; reads of the outputs
 /// wait for it. `start` is when the dispatch began (the profiler books from it).
-pub(crate) fn execute(rt: &Runtime, device: Device, key: OpKey, args: &[Arg], start: Instant) -> Result<Launched> {
+pub(crate) fn execute(
+    rt: &Runtime,
+    device: Device,
+    key: OpKey,
+    args: &[Arg],
+    start: Instant,
+) -> Result<Launched> {
     let dev = rt.device(device)?;
     // Cloned before the executable takes the key (empty, so no allocation, for one-output ops).
     let more_outputs: SmallVec<[Spec; 1]> = key.op.more_outputs().iter().cloned().collect();
@@ -379,7 +399,9 @@ pub(crate) fn execute(rt: &Runtime, device: Device, key: OpKey, args: &[Arg], st
     let buffers: SmallVec<[&pjrt::Buffer; 4]> = args.iter().map(|a| a.buffer).collect();
     let mut out = SmallVec::new();
     // A closure, not Error::pjrt(..): the signature is formatted only on failure.
-    let done = exe.execute(&buffers, dev, &mut out, true).map_err(|source| Error::Pjrt { op: info.signature(), source })?;
+    let done = exe
+        .execute(&buffers, dev, &mut out, true)
+        .map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
     // An index check is the last output: kept by the completion, read when a result is read.
@@ -387,7 +409,15 @@ pub(crate) fn execute(rt: &Runtime, device: Device, key: OpKey, args: &[Arg], st
     completion.inherit(args, own_check);
     let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let p = profiler();
-    let seq = p.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, (in_bytes + out_bytes) as u64);
+    let seq = p.record(
+        EventKind::Op,
+        &info,
+        Some(outcome),
+        start,
+        compile_ns,
+        enqueue_ns,
+        (in_bytes + out_bytes) as u64,
+    );
     let first = out.first().expect("every op has an output");
     if let Some(done) = done {
         let enqueued_at = p.ns_since(exec_start);
@@ -400,7 +430,8 @@ pub(crate) fn execute(rt: &Runtime, device: Device, key: OpKey, args: &[Arg], st
             let end = p.now_ns().max(1);
             // The device works on the op from when it is enqueued, its inputs are ready and the
             // device finished the op before (so device times add up to at most the wall time).
-            let finished_before = state().device_free_ns[device_slot(device)].fetch_max(end, Ordering::AcqRel);
+            let finished_before =
+                state().device_free_ns[device_slot(device)].fetch_max(end, Ordering::AcqRel);
             let began = inputs_done
                 .iter()
                 .map(|c| c.ready_ns.load(Ordering::Acquire))
@@ -408,7 +439,8 @@ pub(crate) fn execute(rt: &Runtime, device: Device, key: OpKey, args: &[Arg], st
             if let Err(e) = outcome {
                 // Which op of the chain failed first is worked out by the read (see read_error):
                 // the inputs' callbacks may not have run yet.
-                let failure = Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
+                let failure =
+                    Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
                 let _ = this.failure.set(Arc::new(failure));
             }
             this.ready_ns.store(end, Ordering::Release);
@@ -442,8 +474,10 @@ pub(crate) fn upload(bytes: &[u8], spec: &Spec, device: Device) -> Result<(pjrt:
     let dev = rt.device(device)?;
     let start = Instant::now();
     let dims: SmallVec<[i64; 4]> = spec.shape.iter().map(|&d| d as i64).collect();
-    let buffer =
-        rt.client.buffer_from_host(bytes, spec.dtype.pjrt(), &dims, dev).map_err(Error::pjrt(format!("copying {spec} to {device}")))?;
+    let buffer = rt
+        .client
+        .buffer_from_host(bytes, spec.dtype.pjrt(), &dims, dev)
+        .map_err(Error::pjrt(format!("copying {spec} to {device}")))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::HostToDevice, "to_device", spec, device, start, ns);
     Ok((buffer, rt))
@@ -484,17 +518,31 @@ pub(crate) fn copy_to_device(src: &Source, rt: &Runtime, device: Device) -> Resu
     let dev = rt.device(device)?;
     src.wait()?;
     let start = Instant::now();
-    let buffer = src.buffer.copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", src.spec)))?;
+    let buffer =
+        src.buffer.copy_to_device(dev).map_err(Error::pjrt(format!("copying {} to {device}", src.spec)))?;
     buffer.wait_ready().map_err(|e| src.completion.read_error(&(src.describe)(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::DeviceToDevice, "to_device", src.spec, device, start, ns);
     Ok(buffer)
 }
 
-fn record_transfer(kind: EventKind, name: &'static str, spec: &Spec, device: Device, start: Instant, ns: u64) {
+fn record_transfer(
+    kind: EventKind,
+    name: &'static str,
+    spec: &Spec,
+    device: Device,
+    start: Instant,
+    ns: u64,
+) {
     if !crate::profiler::is_enabled() {
         return;
     }
-    let info = Arc::new(OpInfo { name, attrs: String::new(), inputs: vec![spec.clone()], output: spec.clone(), device });
+    let info = Arc::new(OpInfo {
+        name,
+        attrs: String::new(),
+        inputs: vec![spec.clone()],
+        output: spec.clone(),
+        device,
+    });
     profiler().record(kind, &info, None, start, 0, ns, spec.size_in_bytes() as u64);
 }

@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
-use crate::tensor::Tensor;
 use crate::shared::lock;
+use crate::tensor::Tensor;
 
 /// A named, shared, mutable tensor slot. Cloning shares the slot.
 #[derive(Clone)]
@@ -25,7 +25,13 @@ struct VarInner {
 impl Var {
     /// A slot for state that takes no gradient (optimizer moments, step counters, buffers).
     pub fn new(name: impl Into<String>, value: Tensor) -> Var {
-        Var { inner: Arc::new(VarInner { name: name.into(), parameter: false, value: Mutex::new(value.detach()) }) }
+        Var {
+            inner: Arc::new(VarInner {
+                name: name.into(),
+                parameter: false,
+                value: Mutex::new(value.detach()),
+            }),
+        }
     }
 
     /// A trainable parameter: its value is a leaf that requires gradients.
@@ -98,6 +104,13 @@ impl Var {
 impl std::fmt::Debug for Var {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let v = self.current();
-        write!(f, "Var({}: {} on {}{})", self.name(), v.spec(), v.device(), if self.inner.parameter { ", parameter" } else { "" })
+        write!(
+            f,
+            "Var({}: {} on {}{})",
+            self.name(),
+            v.spec(),
+            v.device(),
+            if self.inner.parameter { ", parameter" } else { "" }
+        )
     }
 }

@@ -28,8 +28,16 @@ fn an_op_returns_before_the_device_finishes_and_reads_wait() -> Result<()> {
     // (Measured after the completion callbacks ran: on a busy machine they may run late.)
     let everything = t.elapsed();
     let mm = events.iter().find(|e| e.name() == "matmul").expect("matmul recorded");
-    assert!(mm.execute_ns as u128 > 5 * dispatched.as_nanos(), "execute {} ns, dispatch {dispatched:?}", mm.execute_ns);
-    assert!((mm.execute_ns as u128) < everything.as_nanos(), "execute {} ns, all {everything:?}", mm.execute_ns);
+    assert!(
+        mm.execute_ns as u128 > 5 * dispatched.as_nanos(),
+        "execute {} ns, dispatch {dispatched:?}",
+        mm.execute_ns
+    );
+    assert!(
+        (mm.execute_ns as u128) < everything.as_nanos(),
+        "execute {} ns, all {everything:?}",
+        mm.execute_ns
+    );
     Ok(())
 }
 

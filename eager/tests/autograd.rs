@@ -19,7 +19,6 @@ use rand::{Rng, SeedableRng};
 
 const SEED: u64 = 0x9_7ad;
 
-
 // ----- inputs ---------------------------------------------------------------------------------
 
 fn uniform(rng: &mut StdRng, shape: &[usize], lo: f64, hi: f64) -> ArrayD<f64> {
@@ -28,13 +27,16 @@ fn uniform(rng: &mut StdRng, shape: &[usize], lo: f64, hi: f64) -> ArrayD<f64> {
 
 /// Magnitudes in `lo..hi` with random signs: away from the kinks of abs and relu at 0.
 fn away_from_zero(rng: &mut StdRng, shape: &[usize], lo: f64, hi: f64) -> ArrayD<f64> {
-    ArrayD::from_shape_fn(IxDyn(shape), |_| (if rng.gen_bool(0.5) { 1.0 } else { -1.0 }) * rng.gen_range(lo..hi))
+    ArrayD::from_shape_fn(IxDyn(shape), |_| {
+        (if rng.gen_bool(0.5) { 1.0 } else { -1.0 }) * rng.gen_range(lo..hi)
+    })
 }
 
 /// Values at least 0.2 apart in random order, so max and min have one clear winner.
 fn distinct(rng: &mut StdRng, shape: &[usize]) -> ArrayD<f64> {
     let n: usize = shape.iter().product();
-    let mut v: Vec<f64> = (0..n).map(|k| (k as f64 - n as f64 / 2.0) * 0.25 + rng.gen_range(0.0..0.05)).collect();
+    let mut v: Vec<f64> =
+        (0..n).map(|k| (k as f64 - n as f64 / 2.0) * 0.25 + rng.gen_range(0.0..0.05)).collect();
     v.shuffle(rng);
     ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
 }
@@ -42,7 +44,13 @@ fn distinct(rng: &mut StdRng, shape: &[usize]) -> ArrayD<f64> {
 /// Each value below (-1..0) or above (2..3) the other operand's range (0.5..1.5), at random,
 /// so maximum and minimum never tie and both operands win somewhere.
 fn far_from_mid(rng: &mut StdRng, shape: &[usize]) -> ArrayD<f64> {
-    ArrayD::from_shape_fn(IxDyn(shape), |_| if rng.gen_bool(0.5) { rng.gen_range(-1.0..0.0) } else { rng.gen_range(2.0..3.0) })
+    ArrayD::from_shape_fn(IxDyn(shape), |_| {
+        if rng.gen_bool(0.5) {
+            rng.gen_range(-1.0..0.0)
+        } else {
+            rng.gen_range(2.0..3.0)
+        }
+    })
 }
 
 fn array(shape: &[usize], values: &[f64]) -> ArrayD<f64> {
@@ -73,7 +81,12 @@ fn check_gradients(name: &str, f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: 
 }
 
 /// The check, with its step and tolerance (for functions that round through f32).
-fn check_gradients_tol(name: &str, tol: Tol, f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: Vec<ArrayD<f64>>) {
+fn check_gradients_tol(
+    name: &str,
+    tol: Tol,
+    f: impl Fn(&[Tensor]) -> Result<Tensor>,
+    inputs: Vec<ArrayD<f64>>,
+) {
     let shapes: Vec<&[usize]> = inputs.iter().map(|a| a.shape()).collect();
     let what = format!("{name} on {shapes:?}");
     let leaves: Vec<Tensor> = inputs.iter().map(|a| upload(a).set_requires_grad(true).unwrap()).collect();
@@ -83,7 +96,9 @@ fn check_gradients_tol(name: &str, tol: Tol, f: impl Fn(&[Tensor]) -> Result<Ten
 
     // Weights of either sign, bounded away from 0, so no output element is ignored.
     let mut rng = StdRng::seed_from_u64(SEED);
-    let weights: Vec<f64> = (0..out.numel()).map(|_| (if rng.gen_bool(0.5) { 1.0 } else { -1.0 }) * rng.gen_range(0.5..1.5)).collect();
+    let weights: Vec<f64> = (0..out.numel())
+        .map(|_| (if rng.gen_bool(0.5) { 1.0 } else { -1.0 }) * rng.gen_range(0.5..1.5))
+        .collect();
     let r = Tensor::from_slice(&weights, out.shape()).unwrap();
     let loss = out.mul(&r).and_then(|l| l.sum_all()).unwrap_or_else(|e| panic!("{what}: loss: {e}"));
     loss.backward().unwrap_or_else(|e| panic!("{what}: backward: {e}"));
@@ -99,7 +114,11 @@ fn check_gradients_tol(name: &str, tol: Tol, f: impl Fn(&[Tensor]) -> Result<Ten
     };
     for (i, leaf) in leaves.iter().enumerate() {
         let grad = leaf.grad().unwrap_or_else(|| panic!("{what}: input {i} got no gradient"));
-        assert_eq!((grad.shape(), grad.dtype()), (inputs[i].shape(), DType::F64), "{what}: gradient of input {i}");
+        assert_eq!(
+            (grad.shape(), grad.dtype()),
+            (inputs[i].shape(), DType::F64),
+            "{what}: gradient of input {i}"
+        );
         let analytic = grad.to_vec::<f64>().unwrap();
         let mut xs = inputs.clone();
         for (j, &a) in analytic.iter().enumerate() {
@@ -156,19 +175,40 @@ fn every_unary_op() {
 fn every_binary_op_with_broadcasting() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
-    let cases: &[(&[usize], &[usize])] = &[(&[2, 3], &[2, 3]), (&[2, 3], &[3]), (&[2, 3], &[2, 1]), (&[3, 1], &[1, 4]), (&[2, 3], &[]), (&[3], &[2, 2, 3])];
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[2, 3], &[2, 3]),
+        (&[2, 3], &[3]),
+        (&[2, 3], &[2, 1]),
+        (&[3, 1], &[1, 4]),
+        (&[2, 3], &[]),
+        (&[3], &[2, 2, 3]),
+    ];
     for &b in Binary::ALL {
         for &(sa, sb) in cases {
             // Exhaustive: a new variant does not compile until it is checked here.
             let (method, a, c): (fn(&Tensor, &Tensor) -> Result<Tensor>, _, _) = match b {
-                Binary::Add => (Tensor::add, uniform(&mut rng, sa, -2.0, 2.0), uniform(&mut rng, sb, -2.0, 2.0)),
-                Binary::Sub => (Tensor::sub, uniform(&mut rng, sa, -2.0, 2.0), uniform(&mut rng, sb, -2.0, 2.0)),
-                Binary::Mul => (Tensor::mul, uniform(&mut rng, sa, -2.0, 2.0), uniform(&mut rng, sb, -2.0, 2.0)),
-                Binary::Div => (Tensor::div, uniform(&mut rng, sa, -2.0, 2.0), away_from_zero(&mut rng, sb, 0.5, 2.0)),
+                Binary::Add => {
+                    (Tensor::add, uniform(&mut rng, sa, -2.0, 2.0), uniform(&mut rng, sb, -2.0, 2.0))
+                }
+                Binary::Sub => {
+                    (Tensor::sub, uniform(&mut rng, sa, -2.0, 2.0), uniform(&mut rng, sb, -2.0, 2.0))
+                }
+                Binary::Mul => {
+                    (Tensor::mul, uniform(&mut rng, sa, -2.0, 2.0), uniform(&mut rng, sb, -2.0, 2.0))
+                }
+                Binary::Div => {
+                    (Tensor::div, uniform(&mut rng, sa, -2.0, 2.0), away_from_zero(&mut rng, sb, 0.5, 2.0))
+                }
                 // Positive bases: a^c and ln a are smooth there.
-                Binary::Pow => (Tensor::pow, uniform(&mut rng, sa, 0.5, 2.0), uniform(&mut rng, sb, -2.0, 2.0)),
-                Binary::Maximum => (Tensor::maximum, uniform(&mut rng, sa, 0.5, 1.5), far_from_mid(&mut rng, sb)),
-                Binary::Minimum => (Tensor::minimum, uniform(&mut rng, sa, 0.5, 1.5), far_from_mid(&mut rng, sb)),
+                Binary::Pow => {
+                    (Tensor::pow, uniform(&mut rng, sa, 0.5, 2.0), uniform(&mut rng, sb, -2.0, 2.0))
+                }
+                Binary::Maximum => {
+                    (Tensor::maximum, uniform(&mut rng, sa, 0.5, 1.5), far_from_mid(&mut rng, sb))
+                }
+                Binary::Minimum => {
+                    (Tensor::minimum, uniform(&mut rng, sa, 0.5, 1.5), far_from_mid(&mut rng, sb))
+                }
             };
             check_gradients(b.name(), |x| method(&x[0], &x[1]), vec![a, c]);
         }
@@ -202,7 +242,11 @@ fn a_tensor_used_twice_sums_its_gradients() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     let x = uniform(&mut rng, &[2, 3], -1.0, 1.0);
-    check_gradients("x * exp(x) + sin(x) * x", |a| a[0].mul(&a[0].exp()?)?.add(&a[0].sin()?.mul(&a[0])?), vec![x]);
+    check_gradients(
+        "x * exp(x) + sin(x) * x",
+        |a| a[0].mul(&a[0].exp()?)?.add(&a[0].sin()?.mul(&a[0])?),
+        vec![x],
+    );
 }
 
 // ----- linear algebra and reductions ----------------------------------------------------------
@@ -211,7 +255,8 @@ fn a_tensor_used_twice_sums_its_gradients() {
 fn matmul_2d_batched_and_vector() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
-    let cases: &[(&[usize], &[usize])] = &[(&[2, 3], &[3, 4]), (&[3, 2, 4], &[4, 2]), (&[2, 4], &[3, 4, 2]), (&[2, 3], &[3]), (&[3], &[3, 2])];
+    let cases: &[(&[usize], &[usize])] =
+        &[(&[2, 3], &[3, 4]), (&[3, 2, 4], &[4, 2]), (&[2, 4], &[3, 4, 2]), (&[2, 3], &[3]), (&[3], &[3, 2])];
     for &(sa, sb) in cases {
         let (a, b) = (uniform(&mut rng, sa, -1.0, 1.0), uniform(&mut rng, sb, -1.0, 1.0));
         check_gradients("matmul", |x| x[0].matmul(&x[1]), vec![a, b]);
@@ -223,13 +268,18 @@ fn reductions_over_dims_with_and_without_keepdim() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     type Reduction = fn(&Tensor, &[isize], bool) -> Result<Tensor>;
-    let ops: [(&str, Reduction); 4] = [("sum", Tensor::sum), ("mean", Tensor::mean), ("max", Tensor::max), ("min", Tensor::min)];
+    let ops: [(&str, Reduction); 4] =
+        [("sum", Tensor::sum), ("mean", Tensor::mean), ("max", Tensor::max), ("min", Tensor::min)];
     let all_dims: &[&[isize]] = &[&[1], &[0, 2], &[-1], &[]];
     for (name, op) in ops {
         for &dims in all_dims {
             for keepdim in [false, true] {
                 let x = distinct(&mut rng, &[3, 4, 2]);
-                check_gradients(&format!("{name} dims={dims:?} keepdim={keepdim}"), |a| op(&a[0], dims, keepdim), vec![x]);
+                check_gradients(
+                    &format!("{name} dims={dims:?} keepdim={keepdim}"),
+                    |a| op(&a[0], dims, keepdim),
+                    vec![x],
+                );
             }
         }
     }
@@ -262,7 +312,11 @@ fn reshape_permute_and_broadcast() {
     check_gradients("transpose", |a| a[0].transpose(0, 2), vec![x.clone()]);
     check_gradients("t", |a| a[0].t(), vec![x]);
     check_gradients("broadcast_to", |a| a[0].broadcast_to(&[2, 3]), vec![uniform(&mut rng, &[3], -1.0, 1.0)]);
-    check_gradients("broadcast_to", |a| a[0].broadcast_to(&[4, 2, 3]), vec![uniform(&mut rng, &[2, 1], -1.0, 1.0)]);
+    check_gradients(
+        "broadcast_to",
+        |a| a[0].broadcast_to(&[4, 2, 3]),
+        vec![uniform(&mut rng, &[2, 1], -1.0, 1.0)],
+    );
     check_gradients("broadcast_to", |a| a[0].broadcast_to(&[2, 2]), vec![uniform(&mut rng, &[], -1.0, 1.0)]);
 }
 
@@ -278,7 +332,11 @@ fn slice_narrow_and_pad() {
     check_gradients("narrow", |a| a[0].narrow(1, 2, 3), vec![x]);
     // Pad has no method of its own (it is slice's gradient): reached through the dispatcher.
     let pad = |x: &Tensor| {
-        let op = Op::Pad(Pad { low: [1usize, 0].as_slice().into(), high: [0usize, 2].as_slice().into(), interior: [0usize, 1].as_slice().into() });
+        let op = Op::Pad(Pad {
+            low: [1usize, 0].as_slice().into(),
+            high: [0usize, 2].as_slice().into(),
+            interior: [0usize, 1].as_slice().into(),
+        });
         eager::dispatch(op, &[x], None)
     };
     check_gradients("pad", |a| pad(&a[0]), vec![uniform(&mut rng, &[2, 3], -1.0, 1.0)]);
@@ -293,7 +351,11 @@ fn index_select_adds_up_repeated_indices() {
     let cols = Tensor::from_vec(vec![1i32, 1, 3]).unwrap();
     check_gradients("index_select dim 0", |a| a[0].index_select(0, &rows), vec![x.clone()]);
     check_gradients("index_select dim 1", |a| a[0].index_select(1, &cols), vec![x]);
-    check_gradients("index_select of rank 3", |a| a[0].index_select(1, &cols), vec![uniform(&mut rng, &[2, 4, 2], -1.0, 1.0)]);
+    check_gradients(
+        "index_select of rank 3",
+        |a| a[0].index_select(1, &cols),
+        vec![uniform(&mut rng, &[2, 4, 2], -1.0, 1.0)],
+    );
     // Row 2 is picked three times: its gradient is the sum of three rows of R, not one.
     let x = upload(&array(&[3, 1], &[1.0, 2.0, 3.0])).set_requires_grad(true).unwrap();
     x.index_select(0, &rows).unwrap().sum_all().unwrap().backward().unwrap();
@@ -330,7 +392,8 @@ fn cast_through_f32_and_fill() {
     );
     // Fill broadcasts its scalar input: the gradient is the sum (constructors take a value,
     // so the op is reached through the dispatcher).
-    let fill = |x: &Tensor| eager::dispatch(Op::Fill(Fill { shape: [2usize, 3].as_slice().into() }), &[x], None);
+    let fill =
+        |x: &Tensor| eager::dispatch(Op::Fill(Fill { shape: [2usize, 3].as_slice().into() }), &[x], None);
     check_gradients("full", |a| fill(&a[0]), vec![uniform(&mut rng, &[], -1.0, 1.0)]);
 }
 
@@ -351,11 +414,19 @@ fn gelu_layer_norm_cross_entropy_and_mse() {
     let unit = nn::LayerNorm::new(4).unwrap();
     unit.weight.set(Tensor::ones(&[4], DType::F64).unwrap()).unwrap();
     unit.bias.set(Tensor::zeros(&[4], DType::F64).unwrap()).unwrap();
-    let inputs = vec![uniform(&mut rng, &[2, 3, 4], -2.0, 2.0), uniform(&mut rng, &[4], 0.5, 1.5), uniform(&mut rng, &[4], -0.5, 0.5)];
+    let inputs = vec![
+        uniform(&mut rng, &[2, 3, 4], -2.0, 2.0),
+        uniform(&mut rng, &[4], 0.5, 1.5),
+        uniform(&mut rng, &[4], -0.5, 0.5),
+    ];
     check_gradients("layer_norm weight and bias", |a| unit.forward(&a[0])?.mul(&a[1])?.add(&a[2]), inputs);
 
     let targets = Tensor::from_vec(vec![2i64, 0, 1, 2]).unwrap();
-    check_gradients("cross_entropy", |a| nn::cross_entropy(&a[0], &targets), vec![uniform(&mut rng, &[4, 3], -2.0, 2.0)]);
+    check_gradients(
+        "cross_entropy",
+        |a| nn::cross_entropy(&a[0], &targets),
+        vec![uniform(&mut rng, &[4, 3], -2.0, 2.0)],
+    );
     let inputs = vec![uniform(&mut rng, &[3, 2], -1.0, 1.0), uniform(&mut rng, &[3, 2], -1.0, 1.0)];
     check_gradients("mse", |a| nn::mse(&a[0], &a[1]), inputs);
 }
@@ -374,7 +445,11 @@ fn comparisons_and_argmax_carry_no_gradient() -> Result<()> {
     assert!(x.grad().is_none());
     // A mask from a comparison is a constant: x * (x > 0) has gradient (x > 0).
     let mut rng = StdRng::seed_from_u64(SEED);
-    check_gradients("x * (x > 0)", |a| a[0].mul(&a[0].gt_scalar(0.0)?.to_dtype(DType::F64)?), vec![away_from_zero(&mut rng, &[2, 3], 0.1, 2.0)]);
+    check_gradients(
+        "x * (x > 0)",
+        |a| a[0].mul(&a[0].gt_scalar(0.0)?.to_dtype(DType::F64)?),
+        vec![away_from_zero(&mut rng, &[2, 3], 0.1, 2.0)],
+    );
     // Picking the largest element by its argmax: the gradient goes to that element only.
     let largest = x.reshape(&[-1])?.index_select(0, &x.argmax(None, false)?.reshape(&[1])?)?;
     largest.sum_all()?.backward()?;
@@ -441,7 +516,8 @@ fn no_grad_runs_ops_and_records_no_graph() -> Result<()> {
     assert!(matches!(z.backward(), Err(Error::Invalid { op: "backward", .. })));
     assert!(x.grad().is_none());
     // The ops still ran, and gave the values.
-    let ran: Vec<&str> = profiler::events_since(mark).iter().filter(|e| e.kind == EventKind::Op).map(|e| e.name()).collect();
+    let ran: Vec<&str> =
+        profiler::events_since(mark).iter().filter(|e| e.kind == EventKind::Op).map(|e| e.name()).collect();
     assert_eq!(ran, ["exp", "mul", "sum"]);
     let want: f64 = [1.0f64, 2.0, 3.0].iter().map(|v| v * v.exp()).sum();
     assert!((z.item::<f64>()? - want).abs() <= 1e-12 * want);
@@ -466,10 +542,18 @@ fn backward_ops_go_through_the_single_op_cache() -> Result<()> {
     pass()?;
     let signatures: Vec<String> = cache::entries().iter().map(|e| e.info.signature()).collect();
     // dL/da = g bᵀ and dL/db = aᵀ g: products of the transposed shapes, and the transposes.
-    for want in ["matmul(f32[5, 3], f32[3, 7])", "matmul(f32[7, 5], f32[5, 3])", "permute(f32[7, 3]) {perm=[1, 0]}", "permute(f32[5, 7]) {perm=[1, 0]}"] {
+    for want in [
+        "matmul(f32[5, 3], f32[3, 7])",
+        "matmul(f32[7, 5], f32[5, 3])",
+        "permute(f32[7, 3]) {perm=[1, 0]}",
+        "permute(f32[5, 7]) {perm=[1, 0]}",
+    ] {
         assert!(signatures.iter().any(|s| s == want), "{want} is not in the cache: {signatures:?}");
     }
-    assert_eq!((a.grad().unwrap().shape(), b.grad().unwrap().shape()), ([5, 7].as_slice(), [7, 3].as_slice()));
+    assert_eq!(
+        (a.grad().unwrap().shape(), b.grad().unwrap().shape()),
+        ([5, 7].as_slice(), [7, 3].as_slice())
+    );
 
     // The same pass again (after zeroing, so no accumulating add): every op is a hit.
     a.zero_grad();
@@ -480,7 +564,14 @@ fn backward_ops_go_through_the_single_op_cache() -> Result<()> {
     let after = cache::stats();
     assert_eq!(after.misses + after.disk_hits, before.misses + before.disk_hits, "the second pass compiled");
     let ops: Vec<_> = profiler::events_since(mark).into_iter().filter(|e| e.kind == EventKind::Op).collect();
-    assert!(ops.iter().any(|e| e.info.signature() == "matmul(f32[5, 3], f32[3, 7])"), "the backward matmul ran");
-    assert!(ops.iter().all(|e| e.is_hit()), "not all hits: {:?}", ops.iter().map(|e| e.info.signature()).collect::<Vec<_>>());
+    assert!(
+        ops.iter().any(|e| e.info.signature() == "matmul(f32[5, 3], f32[3, 7])"),
+        "the backward matmul ran"
+    );
+    assert!(
+        ops.iter().all(|e| e.is_hit()),
+        "not all hits: {:?}",
+        ops.iter().map(|e| e.info.signature()).collect::<Vec<_>>()
+    );
     Ok(())
 }

@@ -31,10 +31,8 @@ fn child_runs_ops() -> Result<()> {
     let z = x.sub_scalar(0.3)?.relu()?.mean_all()?;
     let mut values = y.to_f64_vec()?;
     values.extend(z.to_f64_vec()?);
-    let outcomes = profiler::events()
-        .into_iter()
-        .filter_map(|e| e.cache.map(|c| (e.info.signature(), c)))
-        .collect();
+    let outcomes =
+        profiler::events().into_iter().filter_map(|e| e.cache.map(|c| (e.info.signature(), c))).collect();
     println!("CHILD_REPORT {}", serde_json::to_string(&ChildReport { outcomes, values }).unwrap());
     Ok(())
 }
@@ -57,7 +55,10 @@ fn report(out: Output) -> (ChildReport, String) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    let line = stdout.lines().find_map(|l| l.split_once("CHILD_REPORT ").map(|(_, r)| r)).unwrap_or_else(|| panic!("no report:\n{stdout}"));
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("CHILD_REPORT ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no report:\n{stdout}"));
     (serde_json::from_str(line).unwrap(), stderr)
 }
 
@@ -128,7 +129,10 @@ fn corrupt_truncated_and_foreign_entries_are_recompiled_with_a_warning() {
 
     let (second, stderr) = run_child(dir.path(), &[]);
     assert_eq!(stderr.matches("warning: ignoring compile cache entry").count(), 3, "{stderr}");
-    assert!(stderr.contains("checksum") && stderr.contains("truncated") && stderr.contains("another version"), "{stderr}");
+    assert!(
+        stderr.contains("checksum") && stderr.contains("truncated") && stderr.contains("another version"),
+        "{stderr}"
+    );
     let compiled = second.outcomes.iter().filter(|(_, c)| *c == CacheOutcome::Miss).count();
     let loaded = second.outcomes.iter().filter(|(_, c)| *c == CacheOutcome::DiskHit).count();
     assert_eq!((compiled, loaded), (3, first.outcomes.len() - 3));

@@ -63,7 +63,8 @@ fn no_module_imports_one_above_it() {
         if path.starts_with(src.join("bin")) || module == "lib" {
             continue;
         }
-        let own = layer(module).unwrap_or_else(|| panic!("{}: module `{module}` is in no layer of this test", path.display()));
+        let own = layer(module)
+            .unwrap_or_else(|| panic!("{}: module `{module}` is in no layer of this test", path.display()));
         for name in named_modules(&std::fs::read_to_string(path).unwrap()) {
             if let Some(l) = layer(&name) {
                 checked += 1;
@@ -79,6 +80,8 @@ fn no_module_imports_one_above_it() {
 
 #[test]
 fn the_parser_reads_groups_and_paths() {
-    let names = named_modules("use crate::{ops::Op, shape::Spec};\nlet x = crate::runtime::runtime(k); // crate::nn\n");
+    let names = named_modules(
+        "use crate::{ops::Op, shape::Spec};\nlet x = crate::runtime::runtime(k); // crate::nn\n",
+    );
     assert_eq!(names, ["ops", "shape", "runtime"]);
 }

@@ -29,7 +29,11 @@ fn hundred_thousand_ops_keep_rss_bounded() -> Result<()> {
     assert!(acc.to_vec::<f32>()?.iter().all(|&v| (v - 0.25).abs() < 1e-6));
     assert!(profiler::events().len() <= 10_000);
     let grown = after.saturating_sub(warm) as f64 / (1 << 20) as f64;
-    println!("RSS after warm-up {:.1} MiB, after 100k more ops {:.1} MiB (+{grown:.1} MiB)", warm as f64 / 1048576.0, after as f64 / 1048576.0);
+    println!(
+        "RSS after warm-up {:.1} MiB, after 100k more ops {:.1} MiB (+{grown:.1} MiB)",
+        warm as f64 / 1048576.0,
+        after as f64 / 1048576.0
+    );
     assert!(grown < 32.0, "RSS grew by {grown:.1} MiB over 100k ops");
     Ok(())
 }

@@ -125,7 +125,8 @@ fn random_shape(rng: &mut StdRng) -> Vec<usize> {
 /// Edge cases (0-d, empty, size 1) and seeded random shapes.
 fn unary_shapes() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(SEED);
-    let mut cases = vec![shapes![[]], shapes![[0]], shapes![[2, 0, 3]], shapes![[1]], shapes![[7]], shapes![[2, 3]]];
+    let mut cases =
+        vec![shapes![[]], shapes![[0]], shapes![[2, 0, 3]], shapes![[1]], shapes![[7]], shapes![[2, 3]]];
     cases.extend((0..3).map(|_| vec![random_shape(&mut rng)]));
     cases
 }
@@ -249,7 +250,11 @@ fn as_int(v: f64, dtype: DType) -> f64 {
 }
 
 fn resolve(dim: isize, rank: usize) -> usize {
-    if dim < 0 { (dim + rank as isize) as usize } else { dim as usize }
+    if dim < 0 {
+        (dim + rank as isize) as usize
+    } else {
+        dim as usize
+    }
 }
 
 // ----- the check ------------------------------------------------------------------------------
@@ -297,7 +302,15 @@ struct Check {
 
 impl Check {
     fn new(name: impl Into<String>, dtypes: &[DType]) -> Check {
-        Check { name: name.into(), dtypes: dtypes.to_vec(), domains: vec![range(-10.0, 10.0)], fixed: vec![], out: None, tol_scale: 1.0, cases: None }
+        Check {
+            name: name.into(),
+            dtypes: dtypes.to_vec(),
+            domains: vec![range(-10.0, 10.0)],
+            fixed: vec![],
+            out: None,
+            tol_scale: 1.0,
+            cases: None,
+        }
     }
     fn domain(self, d: Domain) -> Check {
         Check { domains: vec![d], ..self }
@@ -322,7 +335,12 @@ impl Check {
 
     /// For each case and dtype: draw inputs, run `op` on the device and `reference` on the same
     /// values in f64, and compare.
-    fn run(&self, cases: &[Case], op: impl Fn(&[Tensor]) -> Result<Tensor>, reference: impl Fn(&[ArrayD<f64>]) -> ArrayD<f64>) {
+    fn run(
+        &self,
+        cases: &[Case],
+        op: impl Fn(&[Tensor]) -> Result<Tensor>,
+        reference: impl Fn(&[ArrayD<f64>]) -> ArrayD<f64>,
+    ) {
         let mut rng = StdRng::seed_from_u64(SEED);
         for case in cases {
             for &dtype in &self.dtypes {
@@ -335,7 +353,8 @@ impl Check {
                         ArrayD::from_shape_fn(IxDyn(shape), |_| sample(&mut rng, d, dtype_of(i)))
                     })
                     .collect();
-                let tensors: Vec<Tensor> = inputs.iter().enumerate().map(|(i, a)| tensor(a, dtype_of(i))).collect();
+                let tensors: Vec<Tensor> =
+                    inputs.iter().enumerate().map(|(i, a)| tensor(a, dtype_of(i))).collect();
                 let mut what = format!("{} on {dtype} inputs of shapes {case:?}", self.name);
                 if inputs.iter().map(|a| a.len()).sum::<usize>() <= 12 {
                     let vals: Vec<Vec<f64>> = inputs.iter().map(|a| a.iter().copied().collect()).collect();
@@ -349,7 +368,12 @@ impl Check {
                     want.mapv_inplace(|v| as_int(v, out));
                 }
                 let t = tol(out);
-                assert_close(&what, &got, &want, Tol { rtol: t.rtol * self.tol_scale, atol: t.atol * self.tol_scale });
+                assert_close(
+                    &what,
+                    &got,
+                    &want,
+                    Tol { rtol: t.rtol * self.tol_scale, atol: t.atol * self.tol_scale },
+                );
             }
         }
     }
@@ -394,16 +418,23 @@ fn binary_ops_broadcast() {
     numeric("maximum").binary(|a, b| a.maximum(b), f64::max);
     numeric("minimum").binary(|a, b| a.minimum(b), f64::min);
     // Int division truncates toward zero (as_int); divisors stay away from zero.
-    numeric("div").domains(&[range(-10.0, 10.0), range(-5.0, 5.0).nonzero(0.5)]).binary(|a, b| a.div(b), |a, b| a / b);
+    numeric("div")
+        .domains(&[range(-10.0, 10.0), range(-5.0, 5.0).nonzero(0.5)])
+        .binary(|a, b| a.div(b), |a, b| a / b);
     // pow: positive float bases; int exponents non-negative (a negative one has no int result).
-    Check::new("pow", FLOATS).domains(&[range(0.1, 3.0), range(-2.0, 2.0)]).tol(4.0).binary(|a, b| a.pow(b), f64::powf);
+    Check::new("pow", FLOATS)
+        .domains(&[range(0.1, 3.0), range(-2.0, 2.0)])
+        .tol(4.0)
+        .binary(|a, b| a.pow(b), f64::powf);
     Check::new("pow", INTS).domains(&[range(-3.0, 3.0), range(0.0, 3.0)]).binary(|a, b| a.pow(b), f64::powf);
 }
 
 #[test]
 fn comparisons_give_bool() {
     // Small integers, so that equal values (ties) occur in every dtype.
-    let cmp = |name: &str, dtypes: &[DType]| Check::new(name, dtypes).domain(range(-3.0, 3.0).integral()).out(DType::Bool);
+    let cmp = |name: &str, dtypes: &[DType]| {
+        Check::new(name, dtypes).domain(range(-3.0, 3.0).integral()).out(DType::Bool)
+    };
     let b = |c: bool| c as u8 as f64;
     cmp("eq", ALL).binary(|x, y| x.eq(y), |x, y| b(x == y));
     cmp("ne", ALL).binary(|x, y| x.ne(y), |x, y| b(x != y));
@@ -423,7 +454,9 @@ fn scalar_forms_and_operators() {
     // Scalars are small non-negative integers, so they mean the same in every dtype (a negative
     // scalar saturates to 0 in u8); int results wrap (as_int). The ops themselves are checked
     // over all shapes above: here only the scalar and operator paths, on a few shapes.
-    let c = |name: &str| Check::new(name, NUMERIC).on(vec![shapes![[]], shapes![[0]], shapes![[2, 3]], shapes![[2, 1, 4]]]);
+    let c = |name: &str| {
+        Check::new(name, NUMERIC).on(vec![shapes![[]], shapes![[0]], shapes![[2, 3]], shapes![[2, 1, 4]]])
+    };
     let pairs = || vec![shapes![[3, 1], [1, 4]], shapes![[2, 3], []], shapes![[0, 3], [1, 3]]];
     c("add_scalar").unary(|x| x.add_scalar(3.0), |x| x + 3.0);
     c("sub_scalar").unary(|x| x.sub_scalar(2.0), |x| x - 2.0);
@@ -491,7 +524,12 @@ type ReduceCase = (&'static [usize], &'static [isize]);
 
 /// Runs `op(x, dims, keepdim)` for each case, with and without keepdim, against `f` of each
 /// reduced lane.
-fn check_reduce(check: &Check, cases: &[ReduceCase], op: impl Fn(&Tensor, &[isize], bool) -> Result<Tensor>, f: impl Fn(&[f64]) -> f64) {
+fn check_reduce(
+    check: &Check,
+    cases: &[ReduceCase],
+    op: impl Fn(&Tensor, &[isize], bool) -> Result<Tensor>,
+    f: impl Fn(&[f64]) -> f64,
+) {
     for &(shape, dims) in cases {
         let resolved: Vec<usize> = if dims.is_empty() {
             (0..shape.len()).collect()
@@ -501,8 +539,13 @@ fn check_reduce(check: &Check, cases: &[ReduceCase], op: impl Fn(&Tensor, &[isiz
             d
         };
         for keepdim in [false, true] {
-            let c = Check { name: format!("{} dims={dims:?} keepdim={keepdim}", check.name), ..check.clone() };
-            c.run(&[vec![shape.to_vec()]], |x| op(&x[0], dims, keepdim), |x| reduce_ref(&x[0], &resolved, keepdim, &f));
+            let c =
+                Check { name: format!("{} dims={dims:?} keepdim={keepdim}", check.name), ..check.clone() };
+            c.run(
+                &[vec![shape.to_vec()]],
+                |x| op(&x[0], dims, keepdim),
+                |x| reduce_ref(&x[0], &resolved, keepdim, &f),
+            );
         }
     }
 }
@@ -532,7 +575,11 @@ fn sum_and_mean() -> Result<()> {
     // Long f16/bf16 reductions accumulate in f32, as torch's: a running f16 sum of ones stops
     // at 2048, and a mean over more than 65504 elements (f16's largest count) is still right.
     for dtype in [DType::F16, DType::BF16] {
-        assert_eq!(Tensor::ones(&[4096], dtype)?.sum_all()?.to_f64_vec()?, [4096.0], "sum of 4096 {dtype} ones");
+        assert_eq!(
+            Tensor::ones(&[4096], dtype)?.sum_all()?.to_f64_vec()?,
+            [4096.0],
+            "sum of 4096 {dtype} ones"
+        );
         let x = Tensor::full(&[7, 10_000], 0.5, dtype)?;
         assert_eq!(x.mean_all()?.to_f64_vec()?, [0.5], "mean of 70000 {dtype} halves");
         assert_eq!(x.mean(&[1], false)?.to_f64_vec()?, [0.5; 7], "row means of {dtype} halves");
@@ -542,14 +589,31 @@ fn sum_and_mean() -> Result<()> {
 
 #[test]
 fn max_and_min() {
-    check_reduce(&Check::new("max", NUMERIC), REDUCE_CASES, |x, d, k| x.max(d, k), |v| v.iter().copied().fold(f64::MIN, f64::max));
-    check_reduce(&Check::new("min", NUMERIC), REDUCE_CASES, |x, d, k| x.min(d, k), |v| v.iter().copied().fold(f64::MAX, f64::min));
+    check_reduce(
+        &Check::new("max", NUMERIC),
+        REDUCE_CASES,
+        |x, d, k| x.max(d, k),
+        |v| v.iter().copied().fold(f64::MIN, f64::max),
+    );
+    check_reduce(
+        &Check::new("min", NUMERIC),
+        REDUCE_CASES,
+        |x, d, k| x.min(d, k),
+        |v| v.iter().copied().fold(f64::MAX, f64::min),
+    );
 }
 
 #[test]
 fn argmax_and_argmin_take_the_first_on_ties() {
     // One dim or none (the flattened tensor); small integers, so ties occur.
-    let cases: &[ReduceCase] = &[(&[2, 3, 4], &[1]), (&[2, 3, 4], &[-1]), (&[2, 3, 4], &[]), (&[7], &[0]), (&[], &[]), (&[0, 4], &[1])];
+    let cases: &[ReduceCase] = &[
+        (&[2, 3, 4], &[1]),
+        (&[2, 3, 4], &[-1]),
+        (&[2, 3, 4], &[]),
+        (&[7], &[0]),
+        (&[], &[]),
+        (&[0, 4], &[1]),
+    ];
     let first = |v: &[f64], better: fn(f64, f64) -> bool| {
         (1..v.len()).fold(0, |best, i| if better(v[i], v[best]) { i } else { best }) as f64
     };
@@ -569,12 +633,17 @@ fn softmax_and_log_softmax_against_f64() {
     };
     let log_softmax = |v: &[f64]| softmax(v).into_iter().map(f64::ln).collect::<Vec<_>>();
     // Large offsets too: the max is subtracted first, so nothing overflows.
-    for (dtypes, d) in [(FLOATS, range(-10.0, 10.0)), (&[DType::F32, DType::F64][..], range(1000.0, 1010.0))] {
+    for (dtypes, d) in [(FLOATS, range(-10.0, 10.0)), (&[DType::F32, DType::F64][..], range(1000.0, 1010.0))]
+    {
         for dim in [-1isize, 0] {
             let c = Check::new("softmax", dtypes).domain(d).tol(4.0);
             c.run(&cases, |x| x[0].softmax(dim), |x| lanes_ref(&x[0], resolve(dim, x[0].ndim()), softmax));
             let c = Check { name: "log_softmax".into(), ..c };
-            c.run(&cases, |x| x[0].log_softmax(dim), |x| lanes_ref(&x[0], resolve(dim, x[0].ndim()), log_softmax));
+            c.run(
+                &cases,
+                |x| x[0].log_softmax(dim),
+                |x| lanes_ref(&x[0], resolve(dim, x[0].ndim()), log_softmax),
+            );
         }
     }
 }
@@ -583,8 +652,14 @@ fn softmax_and_log_softmax_against_f64() {
 
 #[test]
 fn reshape_with_inferred_dim() {
-    let cases: &[(&[usize], &[isize])] =
-        &[(&[2, 3, 4], &[4, -1]), (&[2, 3, 4], &[24]), (&[2, 3, 4], &[-1]), (&[], &[1, 1]), (&[1, 1], &[]), (&[0, 3], &[3, -1, 2])];
+    let cases: &[(&[usize], &[isize])] = &[
+        (&[2, 3, 4], &[4, -1]),
+        (&[2, 3, 4], &[24]),
+        (&[2, 3, 4], &[-1]),
+        (&[], &[1, 1]),
+        (&[1, 1], &[]),
+        (&[0, 3], &[3, -1, 2]),
+    ];
     for &(from, to) in cases {
         let numel: usize = from.iter().product();
         let known: usize = to.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
@@ -599,30 +674,48 @@ fn reshape_with_inferred_dim() {
 
 #[test]
 fn permute_transpose_and_t() {
-    let perms: &[(&[usize], &[isize])] =
-        &[(&[2, 3, 4], &[2, 0, 1]), (&[2, 3, 4], &[1, 0, -1]), (&[2, 0, 3], &[2, 1, 0]), (&[], &[]), (&[3], &[0])];
+    let perms: &[(&[usize], &[isize])] = &[
+        (&[2, 3, 4], &[2, 0, 1]),
+        (&[2, 3, 4], &[1, 0, -1]),
+        (&[2, 0, 3], &[2, 1, 0]),
+        (&[], &[]),
+        (&[3], &[0]),
+    ];
     for &(shape, perm) in perms {
         let p: Vec<usize> = perm.iter().map(|&d| resolve(d, shape.len())).collect();
-        Check::new("permute", ALL).run(&[vec![shape.to_vec()]], |x| x[0].permute(perm), |x| x[0].clone().permuted_axes(IxDyn(&p)));
+        Check::new("permute", ALL).run(
+            &[vec![shape.to_vec()]],
+            |x| x[0].permute(perm),
+            |x| x[0].clone().permuted_axes(IxDyn(&p)),
+        );
     }
-    let swaps: &[(&[usize], isize, isize)] = &[(&[2, 3], 0, 1), (&[2, 3, 4], -1, 0), (&[2, 3, 4], 1, 1), (&[4, 0], 0, 1)];
+    let swaps: &[(&[usize], isize, isize)] =
+        &[(&[2, 3], 0, 1), (&[2, 3, 4], -1, 0), (&[2, 3, 4], 1, 1), (&[4, 0], 0, 1)];
     for &(shape, a, b) in swaps {
         let (ra, rb) = (resolve(a, shape.len()), resolve(b, shape.len()));
-        Check::new("transpose", ALL).run(&[vec![shape.to_vec()]], |x| x[0].transpose(a, b), |x| {
-            let mut y = x[0].clone();
-            y.swap_axes(ra, rb);
-            y
-        });
+        Check::new("transpose", ALL).run(
+            &[vec![shape.to_vec()]],
+            |x| x[0].transpose(a, b),
+            |x| {
+                let mut y = x[0].clone();
+                y.swap_axes(ra, rb);
+                y
+            },
+        );
     }
     // t() swaps the last two dims; below rank 2 it is the identity, as torch's.
     let cases = vec![shapes![[2, 3]], shapes![[2, 3, 4]], shapes![[3]], shapes![[]]];
-    Check::new("t", ALL).run(&cases, |x| x[0].t(), |x| {
-        let mut y = x[0].clone();
-        if y.ndim() >= 2 {
-            y.swap_axes(y.ndim() - 2, y.ndim() - 1);
-        }
-        y
-    });
+    Check::new("t", ALL).run(
+        &cases,
+        |x| x[0].t(),
+        |x| {
+            let mut y = x[0].clone();
+            if y.ndim() >= 2 {
+                y.swap_axes(y.ndim() - 2, y.ndim() - 1);
+            }
+            y
+        },
+    );
 }
 
 #[test]
@@ -630,9 +723,11 @@ fn broadcast_to_numpy_rules() {
     let cases: &[(&[usize], &[usize])] =
         &[(&[3], &[2, 3]), (&[], &[2, 2]), (&[3, 1], &[2, 3, 4]), (&[1, 3], &[0, 3]), (&[2, 3], &[2, 3])];
     for &(from, to) in cases {
-        Check::new("broadcast_to", ALL).run(&[vec![from.to_vec()]], |x| x[0].broadcast_to(to), |x| {
-            x[0].broadcast(IxDyn(to)).expect("test case broadcasts").to_owned()
-        });
+        Check::new("broadcast_to", ALL).run(
+            &[vec![from.to_vec()]],
+            |x| x[0].broadcast_to(to),
+            |x| x[0].broadcast(IxDyn(to)).expect("test case broadcasts").to_owned(),
+        );
     }
 }
 
@@ -650,24 +745,43 @@ fn slice_and_narrow_with_step() {
     ];
     for &(shape, dim, start, end, step) in cases {
         let d = resolve(dim, shape.len());
-        let reference = |x: &[ArrayD<f64>]| x[0].slice_axis(Axis(d), Slice::new(start as isize, Some(end as isize), step as isize)).to_owned();
-        Check::new("slice", ALL).run(&[vec![shape.to_vec()]], |x| x[0].slice(dim, start, end, step), reference);
+        let reference = |x: &[ArrayD<f64>]| {
+            x[0].slice_axis(Axis(d), Slice::new(start as isize, Some(end as isize), step as isize)).to_owned()
+        };
+        Check::new("slice", ALL).run(
+            &[vec![shape.to_vec()]],
+            |x| x[0].slice(dim, start, end, step),
+            reference,
+        );
         if step == 1 {
-            Check::new("narrow", ALL).run(&[vec![shape.to_vec()]], |x| x[0].narrow(dim, start, end - start), reference);
+            Check::new("narrow", ALL).run(
+                &[vec![shape.to_vec()]],
+                |x| x[0].narrow(dim, start, end - start),
+                reference,
+            );
         }
     }
 }
 
 #[test]
 fn index_select_with_i32_and_i64_indices() {
-    let cases: &[(&[usize], isize, &[usize])] =
-        &[(&[4, 3], 0, &[3, 0, 0, 2]), (&[4, 3], -1, &[2, 1]), (&[5], 0, &[]), (&[2, 3, 4], 1, &[2, 2]), (&[0, 3], 1, &[1])];
+    let cases: &[(&[usize], isize, &[usize])] = &[
+        (&[4, 3], 0, &[3, 0, 0, 2]),
+        (&[4, 3], -1, &[2, 1]),
+        (&[5], 0, &[]),
+        (&[2, 3, 4], 1, &[2, 2]),
+        (&[0, 3], 1, &[1]),
+    ];
     for &(shape, dim, idx) in cases {
         let d = resolve(dim, shape.len());
         let as_i32: Vec<i32> = idx.iter().map(|&i| i as i32).collect();
         let as_i64: Vec<i64> = idx.iter().map(|&i| i as i64).collect();
         for indices in [Tensor::from_vec(as_i32).unwrap(), Tensor::from_vec(as_i64).unwrap()] {
-            Check::new("index_select", ALL).run(&[vec![shape.to_vec()]], |x| x[0].index_select(dim, &indices), |x| x[0].select(Axis(d), idx));
+            Check::new("index_select", ALL).run(
+                &[vec![shape.to_vec()]],
+                |x| x[0].index_select(dim, &indices),
+                |x| x[0].select(Axis(d), idx),
+            );
         }
     }
     // Negative indices count from the end; out-of-range ones are an error naming the index
@@ -790,7 +904,11 @@ fn round_trip<T: Element + PartialEq>(values: [T; 6]) -> Result<()> {
     // from_ndarray reads logical order, whatever the layout (a transposed view here).
     let back = Tensor::from_ndarray(&a.t())?;
     assert_eq!(back.shape(), [3, 2]);
-    assert_eq!(back.to_vec::<T>()?, [0, 3, 1, 4, 2, 5].map(|i| values[i]), "{what}: from_ndarray of a transposed view");
+    assert_eq!(
+        back.to_vec::<T>()?,
+        [0, 3, 1, 4, 2, 5].map(|i| values[i]),
+        "{what}: from_ndarray of a transposed view"
+    );
     assert_eq!(Tensor::from_vec(values.to_vec())?.shape(), [6]);
     let s = Tensor::scalar(values[4])?;
     assert_eq!((s.shape(), s.item::<T>()?), (&[][..], values[4]), "{what}: scalar/item");
@@ -807,7 +925,14 @@ fn host_round_trips_every_dtype() -> Result<()> {
     round_trip([i64::MIN, -1, 0, 1 << 40, 7, i64::MAX])?;
     round_trip([0u32, 1, u32::MAX, 5, 6, 7])?;
     round_trip([0u64, 1, u64::MAX, 5, 6, 7])?;
-    round_trip([f16::from_f32(-1.5), f16::ZERO, f16::MAX, f16::MIN_POSITIVE, f16::from_f32(3.25), f16::NEG_INFINITY])?;
+    round_trip([
+        f16::from_f32(-1.5),
+        f16::ZERO,
+        f16::MAX,
+        f16::MIN_POSITIVE,
+        f16::from_f32(3.25),
+        f16::NEG_INFINITY,
+    ])?;
     round_trip([-1.5, 0.0, 1e30, 1e-30, 3.25, f32::INFINITY].map(bf16::from_f32))?;
     round_trip([-1.5f32, 0.0, f32::MAX, f32::MIN_POSITIVE, 1e-3, f32::INFINITY])?;
     round_trip([-1.5f64, 0.0, f64::MAX, f64::MIN_POSITIVE, 1e-300, 0.1])?;
@@ -891,12 +1016,23 @@ fn display_like_torch() -> Result<()> {
     let show = |t: Tensor| t.to_string();
     assert_eq!(
         show(Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?),
-        format!("tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], shape=[2, 2], dtype=f32, device={dev})")
+        format!(
+            "tensor([[1.0000, 2.0000],\n        [3.0000, 4.0000]], shape=[2, 2], dtype=f32, device={dev})"
+        )
     );
     assert_eq!(show(Tensor::scalar(3.5f64)?), format!("tensor(3.5000, shape=[], dtype=f64, device={dev})"));
-    assert_eq!(show(Tensor::from_vec(vec![-1i64, 20, 3])?), format!("tensor([-1, 20,  3], shape=[3], dtype=i64, device={dev})"));
-    assert_eq!(show(Tensor::from_vec(vec![true, false])?), format!("tensor([ true, false], shape=[2], dtype=bool, device={dev})"));
-    assert_eq!(show(Tensor::zeros(&[0], DType::F32)?), format!("tensor([], shape=[0], dtype=f32, device={dev})"));
+    assert_eq!(
+        show(Tensor::from_vec(vec![-1i64, 20, 3])?),
+        format!("tensor([-1, 20,  3], shape=[3], dtype=i64, device={dev})")
+    );
+    assert_eq!(
+        show(Tensor::from_vec(vec![true, false])?),
+        format!("tensor([ true, false], shape=[2], dtype=bool, device={dev})")
+    );
+    assert_eq!(
+        show(Tensor::zeros(&[0], DType::F32)?),
+        format!("tensor([], shape=[0], dtype=f32, device={dev})")
+    );
     assert_eq!(
         show(Tensor::from_vec(vec![-1.5f32, 1e-5])?),
         format!("tensor([-1.5000e0, 1.0000e-5], shape=[2], dtype=f32, device={dev})")
@@ -922,7 +1058,10 @@ fn display_like_torch() -> Result<()> {
 fn assert_err<T>(op: &str, r: Result<T>) {
     match r {
         Ok(_) => panic!("{op}: expected an error, got a result"),
-        Err(e) => assert!(e.to_string().starts_with(&format!("{op}: ")), "{op}: the error does not name the op: {e}"),
+        Err(e) => assert!(
+            e.to_string().starts_with(&format!("{op}: ")),
+            "{op}: the error does not name the op: {e}"
+        ),
     }
 }
 
@@ -968,4 +1107,3 @@ fn bad_input_is_an_error_naming_the_op() -> Result<()> {
     assert_err("item", a.item::<f32>());
     Ok(())
 }
-

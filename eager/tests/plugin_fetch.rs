@@ -33,7 +33,8 @@ fn two_processes_fetch_once_into_an_empty_cache() {
     for o in &outputs {
         assert!(o.status.success(), "child failed: {}", String::from_utf8_lossy(&o.stderr));
     }
-    let fetched = outputs.iter().filter(|o| String::from_utf8_lossy(&o.stderr).contains("eager: fetching")).count();
+    let fetched =
+        outputs.iter().filter(|o| String::from_utf8_lossy(&o.stderr).contains("eager: fetching")).count();
     assert_eq!(fetched, 1, "exactly one process downloads; the other waits on the lock");
 
     // The file sits where the cache says, whole: it loads and speaks PJRT 0.x.

@@ -29,8 +29,10 @@ fn a_key_compiles_once_then_hits() -> Result<()> {
     assert!(e.stats.compile_ns > 0);
 
     // The profiler saw the same: one compile (or load), then hits with none.
-    let adds: Vec<_> =
-        profiler::events_since(mark).into_iter().filter(|e| e.info.signature() == "add(f32[7, 13], f32[13])").collect();
+    let adds: Vec<_> = profiler::events_since(mark)
+        .into_iter()
+        .filter(|e| e.info.signature() == "add(f32[7, 13], f32[13])")
+        .collect();
     assert_eq!(adds.len(), 10);
     assert!(matches!(adds[0].cache, Some(CacheOutcome::Miss | CacheOutcome::DiskHit)));
     assert!(adds[0].compile_ns > 0);
@@ -194,7 +196,14 @@ fn pjrt_handles_of_another_client_or_a_wrong_size_are_refused() -> Result<()> {
     assert_eq!((err.code, err.function), (3, "PJRT_Client_BufferFromHostBuffer"));
     assert!(rt.client.buffer_from_host(&bytes, f32_, &[-3], dev).is_err());
     assert!(rt.client.buffer_from_host(&bytes, 0, &[3], dev).is_err(), "INVALID type aborts in the plugin");
-    assert_eq!(rt.client.buffer_from_host(&bytes, f32_, &[3], other_dev).err().expect("another client's device").code, 3);
+    assert_eq!(
+        rt.client
+            .buffer_from_host(&bytes, f32_, &[3], other_dev)
+            .err()
+            .expect("another client's device")
+            .code,
+        3
+    );
 
     let mine = rt.client.buffer_from_host(&bytes, f32_, &[3], dev).unwrap();
     let theirs = other.buffer_from_host(&bytes, f32_, &[3], other_dev).unwrap();
@@ -206,7 +215,10 @@ fn pjrt_handles_of_another_client_or_a_wrong_size_are_refused() -> Result<()> {
     let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
     let err = exe.execute_and_wait(&[&mine, &theirs], dev, &mut out).expect_err("a buffer of another client");
     assert_eq!((err.code, err.function), (3, "PJRT_LoadedExecutable_Execute"));
-    assert_eq!(exe.execute_and_wait(&[&mine, &mine], other_dev, &mut out).expect_err("another client's device").code, 3);
+    assert_eq!(
+        exe.execute_and_wait(&[&mine, &mine], other_dev, &mut out).expect_err("another client's device").code,
+        3
+    );
     assert!(out.is_empty());
     exe.execute_and_wait(&[&mine, x.buffer()?], dev, &mut out).unwrap();
     assert_eq!(out[0].to_host(&mut [0u8; 8]).expect_err("8 bytes for 12").code, 3);

@@ -321,10 +321,11 @@ fn variables_the_user_set_are_left_alone() {
     for (name, value) in user {
         assert_eq!(r.env(name), Some(value), "{name}");
     }
-    let r = prepare_in_child(&Machine::no_chip(), &lockfile, &[
-        (tpu::SKIP_HARDWARE_CHECK_ENV, "1"),
-        ("TPU_SKIP_MDS_QUERY", "true"),
-    ]);
+    let r = prepare_in_child(
+        &Machine::no_chip(),
+        &lockfile,
+        &[(tpu::SKIP_HARDWARE_CHECK_ENV, "1"), ("TPU_SKIP_MDS_QUERY", "true")],
+    );
     assert_eq!(r.env("TPU_SKIP_MDS_QUERY"), Some("true"));
 }
 

@@ -14,7 +14,6 @@ use rand::{Rng, SeedableRng};
 
 const SEED: u64 = 0x7_a1e;
 
-
 /// Two interleaved half circles ("two moons"), `n` points, classes alternating, with uniform
 /// noise: not linearly separable, easy for a small MLP. Points `[n, 2]` f32 and labels `[n]` i64.
 fn two_moons(n: usize, seed: u64) -> (Vec<f32>, Vec<i64>) {
@@ -73,7 +72,9 @@ fn an_mlp_learns_two_moons_with_sgd_and_with_adam() -> Result<()> {
             "sgd" => Box::new(Sgd::with_momentum(model.parameters(), 0.2, 0.9)?),
             _ => Box::new(Adam::new(model.parameters(), 0.05)?),
         };
-        let losses: Vec<f32> = (0..60).map(|_| train_step(&model, opt.as_ref(), &x, &y)?.item::<f32>()).collect::<Result<_>>()?;
+        let losses: Vec<f32> = (0..60)
+            .map(|_| train_step(&model, opt.as_ref(), &x, &y)?.item::<f32>())
+            .collect::<Result<_>>()?;
         let final_loss = no_grad(|| nn::cross_entropy(&model.forward(&x)?, &y))?.item::<f32>()?;
         let acc = accuracy(&model, &x, &labels)?;
         println!("{name}: loss {} -> {final_loss}, accuracy {acc}", losses[0]);
@@ -101,23 +102,37 @@ fn a_compiled_step_equals_the_eager_step_and_runs_as_one_executable() -> Result<
         };
         let eager_model = mlp(SEED)?;
         let compiled_model = mlp(SEED)?;
-        assert_eq!(parameters(&eager_model)?, parameters(&compiled_model)?, "the same seed gives the same init");
+        assert_eq!(
+            parameters(&eager_model)?,
+            parameters(&compiled_model)?,
+            "the same seed gives the same init"
+        );
         let eager_opt = optimizer(&eager_model)?;
         let compiled_opt = optimizer(&compiled_model)?;
-        let step = eager::compile(name, |a: &[Tensor]| Ok(vec![train_step(&compiled_model, compiled_opt.as_ref(), &a[0], &a[1])?]));
+        let step = eager::compile(name, |a: &[Tensor]| {
+            Ok(vec![train_step(&compiled_model, compiled_opt.as_ref(), &a[0], &a[1])?])
+        });
 
         for i in 0..5 {
             let eager_loss = train_step(&eager_model, eager_opt.as_ref(), &x, &y)?.item::<f32>()?;
             let mark = profiler::next_seq();
             let out = step.call(&[&x, &y])?;
             let compiled_loss = out[0].item::<f32>()?;
-            assert!((eager_loss - compiled_loss).abs() <= 1e-5 * eager_loss.abs(), "{name} step {i}: loss {eager_loss} eager, {compiled_loss} compiled");
+            assert!(
+                (eager_loss - compiled_loss).abs() <= 1e-5 * eager_loss.abs(),
+                "{name} step {i}: loss {eager_loss} eager, {compiled_loss} compiled"
+            );
             // Each call runs the program once. The first also traces, which runs the ops on
             // constants (ones, arange) eagerly once; every call after is one op in the
             // profiler (one slice), the rest transfers.
-            let ops: Vec<_> = profiler::events_since(mark).into_iter().filter(|e| e.kind == EventKind::Op).collect();
+            let ops: Vec<_> =
+                profiler::events_since(mark).into_iter().filter(|e| e.kind == EventKind::Op).collect();
             let names: Vec<&str> = ops.iter().map(|e| e.name()).collect();
-            assert_eq!(names.iter().filter(|&&n| n == name).count(), 1, "{name} call {i}: op events {names:?}");
+            assert_eq!(
+                names.iter().filter(|&&n| n == name).count(),
+                1,
+                "{name} call {i}: op events {names:?}"
+            );
             if i > 0 {
                 assert_eq!(names, [name], "{name} call {i}: op events");
                 assert!(ops[0].is_hit(), "{name} call {i}: the program was not cached");
@@ -198,7 +213,8 @@ fn embedding_and_layer_norm_forward_and_backward_against_the_host() -> Result<()
     h.mul(&Tensor::from_slice(&r, &[2, 3, dim])?)?.sum_all()?.backward()?;
 
     let table: Vec<f64> = emb.weight.get().to_vec::<f32>()?.into_iter().map(f64::from).collect();
-    let (w, b): (Vec<f64>, Vec<f64>) = (w.iter().map(|&v| v as f64).collect(), b.iter().map(|&v| v as f64).collect());
+    let (w, b): (Vec<f64>, Vec<f64>) =
+        (w.iter().map(|&v| v as f64).collect(), b.iter().map(|&v| v as f64).collect());
     let mut want_h = Vec::new();
     let (mut want_dw, mut want_db, mut want_demb) = (vec![0.0; dim], vec![0.0; dim], vec![0.0; count * dim]);
     for (t, &id) in ids.iter().enumerate() {
@@ -219,7 +235,10 @@ fn embedding_and_layer_norm_forward_and_backward_against_the_host() -> Result<()
     // f32 values of order 1 through a handful of ops: 1e-5 relative + 1e-5 absolute.
     assert_close("layer_norm(embedding)", &h.to_vec::<f32>()?, &want_h, 1e-5, 1e-5);
     let grad = |v: &Var| v.grad().expect("a gradient");
-    assert_eq!((grad(&emb.weight).shape(), grad(&ln.weight).shape(), grad(&ln.bias).shape()), ([count, dim].as_slice(), [dim].as_slice(), [dim].as_slice()));
+    assert_eq!(
+        (grad(&emb.weight).shape(), grad(&ln.weight).shape(), grad(&ln.bias).shape()),
+        ([count, dim].as_slice(), [dim].as_slice(), [dim].as_slice())
+    );
     assert_close("d bias", &grad(&ln.bias).to_vec::<f32>()?, &want_db, 1e-5, 1e-5);
     assert_close("d weight", &grad(&ln.weight).to_vec::<f32>()?, &want_dw, 1e-5, 1e-5);
     // Rows of unused tokens get exact zeros; used rows sum over their occurrences.
@@ -274,7 +293,13 @@ fn adam_adamw_and_sgd_updates_against_the_host() -> Result<()> {
     let host = |coupled: f64, decoupled: f64| -> Vec<Vec<f64>> {
         let mut h = HostAdam { lr, coupled, decoupled, m: vec![0.0; 4], v: vec![0.0; 4], t: 0 };
         let mut p = p0.to_vec();
-        grads.iter().map(|g| { h.step(&mut p, g); p.clone() }).collect()
+        grads
+            .iter()
+            .map(|g| {
+                h.step(&mut p, g);
+                p.clone()
+            })
+            .collect()
     };
     let param = || Var::parameter("p", Tensor::from_slice(&p0, &[4])?);
 
@@ -290,7 +315,13 @@ fn adam_adamw_and_sgd_updates_against_the_host() -> Result<()> {
     let close = |what: &str, got: &[Vec<f64>], want: &[Vec<f64>]| {
         for (s, (g, w)) in got.iter().zip(want).enumerate() {
             for k in 0..4 {
-                assert!((g[k] - w[k]).abs() <= 1e-12 * w[k].abs().max(1.0), "{what} step {}: p[{k}] is {}, expected {}", s + 1, g[k], w[k]);
+                assert!(
+                    (g[k] - w[k]).abs() <= 1e-12 * w[k].abs().max(1.0),
+                    "{what} step {}: p[{k}] is {}, expected {}",
+                    s + 1,
+                    g[k],
+                    w[k]
+                );
             }
         }
     };

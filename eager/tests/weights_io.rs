@@ -75,27 +75,53 @@ fn every_dtype() -> Vec<Case> {
     cases.extend(cases_of(
         "f16",
         &[
-            f16::from_bits(0x7e01), f16::NEG_ZERO, f16::INFINITY, f16::NEG_INFINITY, f16::MAX, f16::MIN,
-            f16::from_bits(0x0001), f16::from_bits(0x7c01),
+            f16::from_bits(0x7e01),
+            f16::NEG_ZERO,
+            f16::INFINITY,
+            f16::NEG_INFINITY,
+            f16::MAX,
+            f16::MIN,
+            f16::from_bits(0x0001),
+            f16::from_bits(0x7c01),
         ],
         &[2, 2, 2],
     ));
     cases.extend(cases_of(
         "bf16",
-        &[bf16::from_bits(0x7fc1), bf16::NEG_ZERO, bf16::INFINITY, bf16::NEG_INFINITY, bf16::MAX, bf16::from_bits(0x0001)],
+        &[
+            bf16::from_bits(0x7fc1),
+            bf16::NEG_ZERO,
+            bf16::INFINITY,
+            bf16::NEG_INFINITY,
+            bf16::MAX,
+            bf16::from_bits(0x0001),
+        ],
         &[6],
     ));
     cases.extend(cases_of(
         "f32",
         &[
-            f32::from_bits(0x7fc0_0001), -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN,
-            f32::from_bits(1), f32::from_bits(0xff80_0001),
+            f32::from_bits(0x7fc0_0001),
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN,
+            f32::from_bits(1),
+            f32::from_bits(0xff80_0001),
         ],
         &[4, 2],
     ));
     cases.extend(cases_of(
         "f64",
-        &[f64::from_bits(0x7ff8_0000_dead_beef), -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::MAX, f64::from_bits(1)],
+        &[
+            f64::from_bits(0x7ff8_0000_dead_beef),
+            -0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::MAX,
+            f64::from_bits(1),
+        ],
         &[2, 1, 3],
     ));
     cases
@@ -373,7 +399,8 @@ fn npy_we_write_is_byte_identical_to_numpys() -> Result<()> {
 #[test]
 fn npy_header_layout_aligns_the_data_for_any_shape() -> Result<()> {
     let dir = tempfile::tempdir().unwrap();
-    let shapes: [&[usize]; 7] = [&[], &[0], &[1], &[12345, 0], &[1, 2, 3, 4, 5, 6, 7], &[0, 99999999, 1], &[100000000000000000, 0]];
+    let shapes: [&[usize]; 7] =
+        [&[], &[0], &[1], &[12345, 0], &[1, 2, 3, 4, 5, 6, 7], &[0, 99999999, 1], &[100000000000000000, 0]];
     for shape in shapes {
         let n: usize = shape.iter().product();
         let t = Tensor::from_slice(&vec![7u8; n], shape)?;
@@ -386,7 +413,11 @@ fn npy_header_layout_aligns_the_data_for_any_shape() -> Result<()> {
         assert_eq!(data_start % 64, 0, "{shape:?}");
         assert_eq!(bytes.len(), data_start + n, "{shape:?}");
         let header = std::str::from_utf8(&bytes[10..data_start]).unwrap();
-        assert!(header.ends_with('\n') && header.starts_with("{'descr': '|u1', 'fortran_order': False, 'shape': ("), "{header:?}");
+        assert!(
+            header.ends_with('\n')
+                && header.starts_with("{'descr': '|u1', 'fortran_order': False, 'shape': ("),
+            "{header:?}"
+        );
         assert_eq!(load_npy(&path)?.shape(), shape);
     }
     Ok(())
@@ -442,13 +473,33 @@ fn malformed_npy_are_errors_naming_the_file() -> Result<()> {
         ("lying_header_length", lying_length, "past the end"),
         ("truncated_data", good[..good.len() - 3].to_vec(), "truncated"),
         ("extra_data", [good.as_slice(), &[0, 0, 0, 0]].concat(), "28 bytes after the header"),
-        ("overflowing_shape", f4("{'descr': '<f4', 'fortran_order': False, 'shape': (18446744073709551615, 2), }", 0), "too large"),
-        ("negative_dim", f4("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 0), "unexpected '-'"),
+        (
+            "overflowing_shape",
+            f4("{'descr': '<f4', 'fortran_order': False, 'shape': (18446744073709551615, 2), }", 0),
+            "too large",
+        ),
+        (
+            "negative_dim",
+            f4("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 0),
+            "unexpected '-'",
+        ),
         ("complex", f4("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", 2), "'<c8'"),
-        ("structured", f4("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", 1), "structured"),
+        (
+            "structured",
+            f4("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", 1),
+            "structured",
+        ),
         ("no_shape", f4("{'descr': '<f4', 'fortran_order': False, }", 1), "no 'shape'"),
-        ("extra_key", f4("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", 1), "unexpected key 'x'"),
-        ("fortran_string", f4("{'descr': '<f4', 'fortran_order': 'yes', 'shape': (1,), }", 1), "not True or False"),
+        (
+            "extra_key",
+            f4("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", 1),
+            "unexpected key 'x'",
+        ),
+        (
+            "fortran_string",
+            f4("{'descr': '<f4', 'fortran_order': 'yes', 'shape': (1,), }", 1),
+            "not True or False",
+        ),
         ("not_a_dict", f4("('<f4', False, (1,))", 1), "not a dict"),
         ("unclosed", f4("{'descr': '<f4', 'fortran_order': False, 'shape': (1,", 1), "unexpected end"),
         ("unterminated_string", f4("{'descr': '<f4", 1), "unterminated string"),
@@ -469,10 +520,19 @@ fn bool_bytes_other_than_one_load_as_true() -> Result<()> {
     // Other writers may store true as any nonzero byte; ops on the device must see 1.
     let dir = tempfile::tempdir().unwrap();
     let npy = dir.path().join("bool.npy");
-    std::fs::write(&npy, npy_with_header("{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }", &[0, 1, 2, 255])).unwrap();
+    std::fs::write(
+        &npy,
+        npy_with_header("{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }", &[0, 1, 2, 255]),
+    )
+    .unwrap();
     let st = dir.path().join("bool.safetensors");
     let data = [0u8, 1, 2, 255];
-    safetensors::serialize_to_file([("b", TensorView::new(SafeDtype::BOOL, vec![4], &data).unwrap())], None, &st).unwrap();
+    safetensors::serialize_to_file(
+        [("b", TensorView::new(SafeDtype::BOOL, vec![4], &data).unwrap())],
+        None,
+        &st,
+    )
+    .unwrap();
     for t in [load_npy(&npy)?, load_safetensors(&st)?.remove(0).1] {
         assert_eq!(t.to_dtype(DType::U8)?.to_vec::<u8>()?, [0, 1, 1, 1]);
         assert_eq!(t.to_dtype(DType::I32)?.sum_all()?.item::<i32>()?, 3);

@@ -15,10 +15,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use jupyter_protocol::{
-    ClearOutput, CodeMirrorMode, CommInfoReply, CompleteReply, ConnectionInfo, DisplayData, ErrorOutput, ExecuteInput,
-    ExecuteReply, ExecuteResult, ExecutionCount, HelpLink, HistoryEntry, HistoryReply, HistoryRequest, InspectReply,
-    InterruptReply, IsCompleteReply, IsCompleteReplyStatus, JupyterMessage, JupyterMessageContent, KernelInfoReply,
-    LanguageInfo, Media, MediaType, ReplyError, ReplyStatus, ShutdownReply, Status, StreamContent,
+    ClearOutput, CodeMirrorMode, CommInfoReply, CompleteReply, ConnectionInfo, DisplayData, ErrorOutput,
+    ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount, HelpLink, HistoryEntry, HistoryReply,
+    HistoryRequest, InspectReply, InterruptReply, IsCompleteReply, IsCompleteReplyStatus, JupyterMessage,
+    JupyterMessageContent, KernelInfoReply, LanguageInfo, Media, MediaType, ReplyError, ReplyStatus,
+    ShutdownReply, Status, StreamContent,
 };
 use jupyter_zmq_client as zmq;
 use repl::input::{completeness, Completeness};
@@ -65,7 +66,8 @@ fn main() -> ExitCode {
                 (_, Some(p)) => install::Target::Prefix(p),
                 _ => install::Target::User,
             };
-            install::install(&target).map(|dir| println!("installed kernelspec {} in {}", install::KERNEL_NAME, dir.display()))
+            install::install(&target)
+                .map(|dir| println!("installed kernelspec {} in {}", install::KERNEL_NAME, dir.display()))
         }
         (None, Some(file)) => run(&file),
         (None, None) => Err(anyhow::anyhow!("give --connection-file FILE (Jupyter does), or `install`")),
@@ -84,7 +86,8 @@ type IoPub = mpsc::UnboundedSender<JupyterMessage>;
 
 #[tokio::main]
 async fn run(connection_file: &std::path::Path) -> Result<()> {
-    let text = std::fs::read_to_string(connection_file).with_context(|| format!("reading {}", connection_file.display()))?;
+    let text = std::fs::read_to_string(connection_file)
+        .with_context(|| format!("reading {}", connection_file.display()))?;
     let info: ConnectionInfo = serde_json::from_str(&text).context("parsing the connection file")?;
     let session_id = format!("eager-kernel-{}", std::process::id());
 
@@ -159,7 +162,8 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
                         let _ = control.send(InterruptReply::new().as_child_of(&msg)).await;
                     }
                     JupyterMessageContent::ShutdownRequest(req) => {
-                        let reply = ShutdownReply { restart: req.restart, status: ReplyStatus::Ok, error: None };
+                        let reply =
+                            ShutdownReply { restart: req.restart, status: ReplyStatus::Ok, error: None };
                         let _ = control.send(reply.as_child_of(&msg)).await;
                         let _ = iopub_tx.send(Status::idle().as_child_of(&msg));
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -225,16 +229,23 @@ struct Kernel {
 
 impl Kernel {
     /// Runs `f` on the session without blocking the kernel's tasks (it waits for the start).
-    async fn on_session<R: Send + 'static>(&self, f: impl FnOnce(&mut repl::Session) -> R + Send + 'static) -> Result<R, String> {
+    async fn on_session<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut repl::Session) -> R + Send + 'static,
+    ) -> Result<R, String> {
         let session = self.session.clone();
-        tokio::task::spawn_blocking(move || session.run(f)).await.unwrap_or_else(|e| Err(format!("the session thread failed: {e}")))
+        tokio::task::spawn_blocking(move || session.run(f))
+            .await
+            .unwrap_or_else(|e| Err(format!("the session thread failed: {e}")))
     }
 
     /// Handles a shell request; returns the reply content.
     async fn handle(&mut self, msg: &JupyterMessage) -> Option<JupyterMessageContent> {
         Some(match &msg.content {
             JupyterMessageContent::KernelInfoRequest(_) => kernel_info().into(),
-            JupyterMessageContent::ExecuteRequest(req) => self.execute(msg, &req.code, req.silent, req.store_history).await.into(),
+            JupyterMessageContent::ExecuteRequest(req) => {
+                self.execute(msg, &req.code, req.silent, req.store_history).await.into()
+            }
             JupyterMessageContent::CompleteRequest(req) => {
                 let byte = byte_offset(&req.code, req.cursor_pos);
                 let code = req.code.clone();
@@ -292,32 +303,50 @@ impl Kernel {
                 let indent = if status == IsCompleteReplyStatus::Incomplete { "    " } else { "" };
                 IsCompleteReply { status, indent: indent.into() }.into()
             }
-            JupyterMessageContent::HistoryRequest(req) => HistoryReply { history: self.history(req), status: ReplyStatus::Ok, error: None }.into(),
-            JupyterMessageContent::CommInfoRequest(_) => CommInfoReply { status: ReplyStatus::Ok, comms: Default::default(), error: None }.into(),
+            JupyterMessageContent::HistoryRequest(req) => {
+                HistoryReply { history: self.history(req), status: ReplyStatus::Ok, error: None }.into()
+            }
+            JupyterMessageContent::CommInfoRequest(_) => {
+                CommInfoReply { status: ReplyStatus::Ok, comms: Default::default(), error: None }.into()
+            }
             _ => return None,
         })
     }
 
-    async fn execute(&mut self, msg: &JupyterMessage, code: &str, silent: bool, store_history: bool) -> ExecuteReply {
+    async fn execute(
+        &mut self,
+        msg: &JupyterMessage,
+        code: &str,
+        silent: bool,
+        store_history: bool,
+    ) -> ExecuteReply {
         if !silent && store_history {
             self.count += 1;
             self.history.push((self.count, code.to_string(), String::new()));
         }
         let count = ExecutionCount::new(self.count);
         if !silent {
-            let _ = self.iopub.send(ExecuteInput { code: code.to_string(), execution_count: count }.as_child_of(msg));
+            let _ = self
+                .iopub
+                .send(ExecuteInput { code: code.to_string(), execution_count: count }.as_child_of(msg));
         }
         *self.current.lock().unwrap() = Some(msg.clone());
         self.running.store(self.count as u64 + 1, Ordering::SeqCst);
         let cell = code.to_string();
-        let result = self.on_session(move |s| s.eval(&cell)).await.unwrap_or_else(|e| Err(CellError::new("KernelError", e)));
+        let result = self
+            .on_session(move |s| s.eval(&cell))
+            .await
+            .unwrap_or_else(|e| Err(CellError::new("KernelError", e)));
         self.running.store(0, Ordering::SeqCst);
         // The child's last stderr lines may still be on their way.
         tokio::time::sleep(Duration::from_millis(30)).await;
         *self.current.lock().unwrap() = None;
         match result {
             Ok(outputs) => {
-                if let (Some(last), Some(text)) = (self.history.last_mut(), outputs.iter().find(|o| o.is_result).and_then(|o| o.get("text/plain"))) {
+                if let (Some(last), Some(text)) = (
+                    self.history.last_mut(),
+                    outputs.iter().find(|o| o.is_result).and_then(|o| o.get("text/plain")),
+                ) {
                     if last.0 == self.count && store_history {
                         last.2 = text.to_string();
                     }
@@ -325,18 +354,33 @@ impl Kernel {
                 for o in outputs {
                     let _ = self.iopub.send(JupyterMessage::new(self.output(o, count), Some(msg)));
                 }
-                ExecuteReply { status: ReplyStatus::Ok, execution_count: count, payload: vec![], user_expressions: Some(Default::default()), error: None }
+                ExecuteReply {
+                    status: ReplyStatus::Ok,
+                    execution_count: count,
+                    payload: vec![],
+                    user_expressions: Some(Default::default()),
+                    error: None,
+                }
             }
             Err(e) => {
                 let _ = self.iopub.send(
-                    ErrorOutput { ename: e.ename.clone(), evalue: e.evalue.clone(), traceback: e.traceback.clone() }.as_child_of(msg),
+                    ErrorOutput {
+                        ename: e.ename.clone(),
+                        evalue: e.evalue.clone(),
+                        traceback: e.traceback.clone(),
+                    }
+                    .as_child_of(msg),
                 );
                 ExecuteReply {
                     status: ReplyStatus::Error,
                     execution_count: count,
                     payload: vec![],
                     user_expressions: Some(Default::default()),
-                    error: Some(Box::new(ReplyError { ename: e.ename, evalue: e.evalue, traceback: e.traceback })),
+                    error: Some(Box::new(ReplyError {
+                        ename: e.ename,
+                        evalue: e.evalue,
+                        traceback: e.traceback,
+                    })),
                 }
             }
         }
@@ -347,14 +391,23 @@ impl Kernel {
         let has_image = o.data.iter().any(|(m, _)| m.starts_with("image/"));
         let media = Media::new(o.data.into_iter().map(|(mime, v)| media_type(&mime, v)).collect());
         if o.is_result && !has_image {
-            ExecuteResult { execution_count: count, data: media, metadata: Default::default(), transient: Some(Default::default()) }.into()
+            ExecuteResult {
+                execution_count: count,
+                data: media,
+                metadata: Default::default(),
+                transient: Some(Default::default()),
+            }
+            .into()
         } else {
             DisplayData::new(media).into()
         }
     }
 
     fn history(&self, req: &HistoryRequest) -> Vec<HistoryEntry> {
-        let output = matches!(req, HistoryRequest::Tail { output: true, .. } | HistoryRequest::Range { output: true, .. });
+        let output = matches!(
+            req,
+            HistoryRequest::Tail { output: true, .. } | HistoryRequest::Range { output: true, .. }
+        );
         let entry = |(n, code, out): &(usize, String, String)| {
             if output {
                 HistoryEntry::InputOutput(1, *n, (code.clone(), out.clone()))
@@ -367,12 +420,16 @@ impl Kernel {
                 let skip = self.history.len().saturating_sub((*n).max(0) as usize);
                 self.history.iter().skip(skip).map(entry).collect()
             }
-            HistoryRequest::Range { start, stop, .. } => {
-                self.history.iter().filter(|(n, ..)| (*n as i32) >= *start && (*n as i32) < *stop).map(entry).collect()
-            }
+            HistoryRequest::Range { start, stop, .. } => self
+                .history
+                .iter()
+                .filter(|(n, ..)| (*n as i32) >= *start && (*n as i32) < *stop)
+                .map(entry)
+                .collect(),
             HistoryRequest::Search { pattern, n, .. } => {
                 let needle = pattern.trim_matches('*');
-                let hits: Vec<_> = self.history.iter().filter(|(_, c, _)| c.contains(needle)).map(entry).collect();
+                let hits: Vec<_> =
+                    self.history.iter().filter(|(_, c, _)| c.contains(needle)).map(entry).collect();
                 let skip = hits.len().saturating_sub((*n).max(0) as usize);
                 hits.into_iter().skip(skip).collect()
             }

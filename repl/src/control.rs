@@ -19,7 +19,8 @@ pub struct Control {
 
 impl Control {
     pub fn connect(path: &Path) -> Result<Control> {
-        let writer = UnixStream::connect(path).with_context(|| format!("connecting to eager's control socket {}", path.display()))?;
+        let writer = UnixStream::connect(path)
+            .with_context(|| format!("connecting to eager's control socket {}", path.display()))?;
         writer.set_read_timeout(Some(Duration::from_secs(120)))?;
         Ok(Control { reader: BufReader::new(writer.try_clone()?), writer })
     }
@@ -61,7 +62,10 @@ impl Control {
     /// (default device, one line per device or unavailable kind).
     pub fn devices(&mut self) -> Result<(String, Vec<String>)> {
         let v = self.call(json!({"op": "devices"}))?;
-        let lines = v["lines"].as_array().map(|a| a.iter().filter_map(|l| l.as_str().map(String::from)).collect()).unwrap_or_default();
+        let lines = v["lines"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|l| l.as_str().map(String::from)).collect())
+            .unwrap_or_default();
         Ok((v["default"].as_str().unwrap_or("?").to_string(), lines))
     }
 

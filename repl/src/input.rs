@@ -76,7 +76,9 @@ pub fn completeness(src: &str) -> Completeness {
                     if let Some(k) = b[i + 2..].iter().position(|&c| c == b'\'') {
                         i += 2 + k;
                     }
-                } else if let Some(len) = std::str::from_utf8(&b[i + 1..]).ok().and_then(|s| s.chars().next()).map(char::len_utf8) {
+                } else if let Some(len) =
+                    std::str::from_utf8(&b[i + 1..]).ok().and_then(|s| s.chars().next()).map(char::len_utf8)
+                {
                     if b.get(i + 1 + len) == Some(&b'\'') {
                         i += 1 + len;
                     }
@@ -97,7 +99,11 @@ pub fn completeness(src: &str) -> Completeness {
         }
         i += 1;
     }
-    if stack.is_empty() { Completeness::Complete } else { Completeness::Incomplete }
+    if stack.is_empty() {
+        Completeness::Complete
+    } else {
+        Completeness::Incomplete
+    }
 }
 
 fn is_ident(c: u8) -> bool {

@@ -79,7 +79,10 @@ fn watch_cell_errors() -> std::io::Result<()> {
         // Not for processes a cell starts: they keep the pipe's write end as their stdout.
         libc::fcntl(fds[0], libc::F_SETFD, libc::FD_CLOEXEC);
         libc::fcntl(real_stdout, libc::F_SETFD, libc::FD_CLOEXEC);
-        (std::fs::File::from(OwnedFd::from_raw_fd(fds[0])), std::fs::File::from(OwnedFd::from_raw_fd(real_stdout)))
+        (
+            std::fs::File::from(OwnedFd::from_raw_fd(fds[0])),
+            std::fs::File::from(OwnedFd::from_raw_fd(real_stdout)),
+        )
     };
     std::thread::Builder::new().name("eager-stdout".into()).spawn(move || {
         let mut reader = BufReader::new(reader);

@@ -72,7 +72,9 @@ impl CtrlC {
                 i.kill();
             }
             _ => {
-                eprintln!("\n^C: interrupting (eager ops fail from now on; Ctrl-C again to kill the cell process)");
+                eprintln!(
+                    "\n^C: interrupting (eager ops fail from now on; Ctrl-C again to kill the cell process)"
+                );
                 *first = Some(Instant::now());
                 if let Err(e) = i.interrupt() {
                     eprintln!("interrupt failed: {e:#}");
@@ -149,7 +151,9 @@ fn eval_and_print(session: &Worker, ctrl_c: &CtrlC, cell: &str) -> bool {
     let result = match wait_for_start(session) {
         Ok(interrupter) => {
             let cell = cell.to_string();
-            ctrl_c.run(Some(interrupter), || session.run(move |s| s.eval(&cell))).unwrap_or_else(|e| Err(CellError::new("SessionError", e)))
+            ctrl_c
+                .run(Some(interrupter), || session.run(move |s| s.eval(&cell)))
+                .unwrap_or_else(|e| Err(CellError::new("SessionError", e)))
         }
         Err(e) => Err(CellError::new("SessionError", format!("the Rust session could not start: {e}"))),
     };
@@ -208,7 +212,11 @@ fn run_piped(session: &Worker, ctrl_c: &CtrlC) -> ExitCode {
     if !cell.trim().is_empty() {
         ok &= eval_and_print(session, ctrl_c, cell.trim_end());
     }
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// rustyline's view of the session: completion from evcxr, and multi-line input while
@@ -220,7 +228,12 @@ struct EditorHelper {
 
 impl Completer for EditorHelper {
     type Candidate = String;
-    fn complete(&self, line: &str, pos: usize, _: &rustyline::Context<'_>) -> rustyline::Result<(usize, Vec<String>)> {
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _: &rustyline::Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<String>)> {
         // Nothing to offer while the session starts: Tab must not block the prompt.
         if !self.session.is_ready() {
             return Ok((pos, vec![]));
@@ -245,7 +258,8 @@ fn interactive_loop(session: Worker, ctrl_c: Arc<CtrlC>) -> Result<ExitCode> {
         .completion_type(rustyline::CompletionType::List)
         .auto_add_history(false)
         .build();
-    let mut editor: rustyline::Editor<EditorHelper, rustyline::history::DefaultHistory> = rustyline::Editor::with_config(config)?;
+    let mut editor: rustyline::Editor<EditorHelper, rustyline::history::DefaultHistory> =
+        rustyline::Editor::with_config(config)?;
     editor.set_helper(Some(EditorHelper { session: session.clone() }));
     let history = eager::plugin::cache_dir().join("repl-history.txt");
     let _ = editor.load_history(&history);

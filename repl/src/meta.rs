@@ -10,21 +10,39 @@ pub enum MetaCommand {
     Devices,
     Device(String),
     /// Per-op table of the last cell, or of the whole session.
-    Profile { session: bool },
+    Profile {
+        session: bool,
+    },
     /// Timeline chart of the last cell (the session's if the last cell ran no op).
     Timeline(Option<PathBuf>),
     Trace(PathBuf),
     Cache,
     /// Empty the in-memory compile cache; with `disk`, the persistent one too.
-    CacheClear { disk: bool },
+    CacheClear {
+        disk: bool,
+    },
     Vars,
     Quit,
 }
 
 /// Names offered by tab completion.
 pub const META_NAMES: &[&str] = &[
-    ":help", ":devices", ":device", ":profile", ":profile session", ":timeline", ":trace", ":cache", ":cache clear", ":cache clear --disk",
-    ":vars", ":quit", ":dep", ":clear", ":timing", ":explain",
+    ":help",
+    ":devices",
+    ":device",
+    ":profile",
+    ":profile session",
+    ":timeline",
+    ":trace",
+    ":cache",
+    ":cache clear",
+    ":cache clear --disk",
+    ":vars",
+    ":quit",
+    ":dep",
+    ":clear",
+    ":timing",
+    ":explain",
 ];
 
 pub const META_HELP: &str = "\
@@ -52,10 +70,14 @@ impl MetaCommand {
             (":help", None) => MetaCommand::Help,
             (":devices", None) => MetaCommand::Devices,
             (":device", Some(d)) => MetaCommand::Device(d.to_string()),
-            (":device", None) => return Some(Err(":device needs a device: cpu, tpu, cuda or e.g. cpu:1".into())),
+            (":device", None) => {
+                return Some(Err(":device needs a device: cpu, tpu, cuda or e.g. cpu:1".into()))
+            }
             (":profile", None) => MetaCommand::Profile { session: false },
             (":profile", Some("session")) => MetaCommand::Profile { session: true },
-            (":profile", Some(other)) => return Some(Err(format!(":profile takes nothing or `session`, not {other:?}"))),
+            (":profile", Some(other)) => {
+                return Some(Err(format!(":profile takes nothing or `session`, not {other:?}")))
+            }
             (":timeline", f) => MetaCommand::Timeline(f.map(PathBuf::from)),
             (":trace", Some(f)) => MetaCommand::Trace(PathBuf::from(f)),
             (":trace", None) => return Some(Err(":trace needs a file name, e.g. :trace trace.json".into())),
@@ -63,9 +85,16 @@ impl MetaCommand {
             (":cache", Some("clear")) => match &args[1..] {
                 [] => MetaCommand::CacheClear { disk: false },
                 ["--disk"] => MetaCommand::CacheClear { disk: true },
-                other => return Some(Err(format!(":cache clear takes nothing or `--disk`, not {}", other.join(" ")))),
+                other => {
+                    return Some(Err(format!(
+                        ":cache clear takes nothing or `--disk`, not {}",
+                        other.join(" ")
+                    )))
+                }
             },
-            (":cache", Some(other)) => return Some(Err(format!(":cache takes nothing or `clear [--disk]`, not {other:?}"))),
+            (":cache", Some(other)) => {
+                return Some(Err(format!(":cache takes nothing or `clear [--disk]`, not {other:?}")))
+            }
             (":vars", None) => MetaCommand::Vars,
             (":quit", None) | (":exit", None) => MetaCommand::Quit,
             _ => return None,

@@ -55,7 +55,12 @@ pub struct CellError {
 impl CellError {
     pub fn new(ename: &str, evalue: impl Into<String>) -> CellError {
         let evalue = evalue.into();
-        CellError { ename: ename.into(), traceback: vec![format!("{ename}: {evalue}")], evalue, on_stderr: false }
+        CellError {
+            ename: ename.into(),
+            traceback: vec![format!("{ename}: {evalue}")],
+            evalue,
+            on_stderr: false,
+        }
     }
 }
 
@@ -72,7 +77,10 @@ impl Completion {
     /// From rust-analyzer's snippet (`from_utf8(vec)`, `println!(…)`): the name, with the
     /// snippet as the signature.
     fn from_snippet(code: String, kind: &str, label: String) -> Completion {
-        let text: String = code.chars().take_while(|ch| ch.is_alphanumeric() || matches!(ch, '_' | ':' | '!' | '#')).collect();
+        let text: String = code
+            .chars()
+            .take_while(|ch| ch.is_alphanumeric() || matches!(ch, '_' | ':' | '!' | '#'))
+            .collect();
         let text = if text.is_empty() { code.clone() } else { text };
         let signature = if code.contains('(') { code } else { label };
         Completion { text, kind: kind.to_string(), signature }
@@ -135,7 +143,9 @@ fn write_cell_profile(base: &Path) -> Result<()> {
     if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
         // Renamed into place: a session starting at the same moment reads a whole file.
         let tmp = dir.join(format!("config.toml.{}", std::process::id()));
-        std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&tmp, text)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -148,7 +158,11 @@ impl Session {
         let cache = eager::plugin::cache_dir();
         let (build_dir, lock) = lock_build_dir(&cache.join("evcxr"))?;
         write_cell_profile(&cache.join("evcxr"))?;
-        let socket = std::env::temp_dir().join(format!("eager-{}-{}.sock", std::process::id(), t0.elapsed().as_nanos()));
+        let socket = std::env::temp_dir().join(format!(
+            "eager-{}-{}.sock",
+            std::process::id(),
+            t0.elapsed().as_nanos()
+        ));
         // The child inherits these: evcxr's build dir (kept across sessions, so the preload
         // builds once), a config dir of ours, and where eager's runtime listens.
         std::env::set_var("EVCXR_TMPDIR", &build_dir);
@@ -165,7 +179,10 @@ impl Session {
             let device: eager::Device = d.parse().map_err(|e: String| anyhow!(e))?;
             std::env::set_var("EAGER_DEVICE", device.to_string());
             if let Some(p) = &opts.plugin {
-                std::env::set_var(format!("EAGER_PJRT_PLUGIN_{}", device.kind.name().to_ascii_uppercase()), p);
+                std::env::set_var(
+                    format!("EAGER_PJRT_PLUGIN_{}", device.kind.name().to_ascii_uppercase()),
+                    p,
+                );
             }
         } else if let Some(p) = &opts.plugin {
             std::env::set_var("EAGER_PJRT_PLUGIN", p);
@@ -206,7 +223,8 @@ impl Session {
             .clone()
             .or_else(|| std::env::var_os("EAGER_SOURCE_DIR").map(PathBuf::from))
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../eager"));
-        let eager_dir = eager_dir.canonicalize().with_context(|| format!("eager's source at {}", eager_dir.display()))?;
+        let eager_dir =
+            eager_dir.canonicalize().with_context(|| format!("eager's source at {}", eager_dir.display()))?;
         for cell in preload_cells(&eager_dir) {
             if let Err(e) = session.ctx.execute(&cell) {
                 return Err(anyhow!("preloading eager ({cell}): {}", render_error(&e, &cell).evalue));
@@ -268,7 +286,11 @@ impl Session {
                     return Err(CellError { ename: "panic".into(), traceback, evalue: msg, on_stderr: true });
                 }
                 if std::env::var_os("EAGER_REPL_PHASES").is_some() {
-                    let phases: Vec<String> = out.phases.iter().map(|p| format!("{} {:.0} ms", p.name, p.duration.as_secs_f64() * 1e3)).collect();
+                    let phases: Vec<String> = out
+                        .phases
+                        .iter()
+                        .map(|p| format!("{} {:.0} ms", p.name, p.duration.as_secs_f64() * 1e3))
+                        .collect();
                     eprintln!("evcxr phases: {}", phases.join(", "));
                 }
                 if let Some(block) = block {
@@ -334,7 +356,13 @@ impl Session {
                     vec![Output::text(format!("no eager ops in {what}"))]
                 } else {
                     // The table's footer already carries the recompile hints.
-                    vec![Output { data: vec![("text/plain".into(), p.table_text()), ("text/html".into(), p.table_html())], is_result: false }]
+                    vec![Output {
+                        data: vec![
+                            ("text/plain".into(), p.table_text()),
+                            ("text/html".into(), p.table_html()),
+                        ],
+                        is_result: false,
+                    }]
                 }
             }
             MetaCommand::Timeline(file) => {
@@ -351,13 +379,19 @@ impl Session {
                 }
                 let shown = absolute(&path);
                 vec![Output {
-                    data: vec![("text/plain".into(), format!("timeline written to {}", shown.display())), ("image/svg+xml".into(), chart.svg()?)],
+                    data: vec![
+                        ("text/plain".into(), format!("timeline written to {}", shown.display())),
+                        ("image/svg+xml".into(), chart.svg()?),
+                    ],
                     is_result: false,
                 }]
             }
             MetaCommand::Trace(file) => {
                 self.profile(true)?.write_trace(&file)?;
-                vec![Output::text(format!("trace written to {} (open it in ui.perfetto.dev or chrome://tracing)", absolute(&file).display()))]
+                vec![Output::text(format!(
+                    "trace written to {} (open it in ui.perfetto.dev or chrome://tracing)",
+                    absolute(&file).display()
+                ))]
             }
             MetaCommand::Cache => {
                 let (stats, entries) = self.control()?.cache()?;
@@ -380,14 +414,18 @@ impl Session {
             MetaCommand::CacheClear { disk } => {
                 self.control()?.cache_clear()?;
                 if disk {
-                    let removed = eager::cache::clear_disk().context("clearing the persistent compile cache")?;
-                    vec![Output::text(format!("compile cache cleared, in memory and on disk ({removed} entries removed)"))]
+                    let removed =
+                        eager::cache::clear_disk().context("clearing the persistent compile cache")?;
+                    vec![Output::text(format!(
+                        "compile cache cleared, in memory and on disk ({removed} entries removed)"
+                    ))]
                 } else {
                     vec![Output::text("in-memory compile cache cleared (the disk cache stays; :cache clear --disk empties it)")]
                 }
             }
             MetaCommand::Vars => {
-                let mut vars: Vec<String> = self.variables().into_iter().map(|(n, t)| format!("{n}: {t}")).collect();
+                let mut vars: Vec<String> =
+                    self.variables().into_iter().map(|(n, t)| format!("{n}: {t}")).collect();
                 vars.sort();
                 vec![Output::text(if vars.is_empty() { "no variables".into() } else { vars.join("\n") })]
             }
@@ -416,7 +454,12 @@ impl Session {
         match quietly(|| self.ctx.completions(src, pos)) {
             Some(Ok(c)) => {
                 let mut seen = std::collections::HashSet::new();
-                let list = c.completions.into_iter().map(|c| Completion::from_snippet(c.code, c.kind, c.label)).filter(|c| seen.insert(c.text.clone())).collect();
+                let list = c
+                    .completions
+                    .into_iter()
+                    .map(|c| Completion::from_snippet(c.code, c.kind, c.label))
+                    .filter(|c| seen.insert(c.text.clone()))
+                    .collect();
                 (c.start_offset, list)
             }
             _ => (pos, vec![]),
@@ -425,12 +468,19 @@ impl Session {
 
     /// Variables and their types.
     pub fn variables(&self) -> Vec<(String, String)> {
-        self.ctx.variables_and_types().filter(|(n, _)| *n != WARMUP_VAR).map(|(n, t)| (n.to_string(), t.to_string())).collect()
+        self.ctx
+            .variables_and_types()
+            .filter(|(n, _)| *n != WARMUP_VAR)
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect()
     }
 
     /// Docs of the item at byte `pos` (rust-analyzer hover), for Jupyter's inspect.
     pub fn hover(&mut self, src: &str, pos: usize) -> Option<String> {
-        quietly(|| self.ctx.hover_at(src, pos)).and_then(|r| r.ok()).map(|(_, text)| text).filter(|t| !t.is_empty())
+        quietly(|| self.ctx.hover_at(src, pos))
+            .and_then(|r| r.ok())
+            .map(|(_, text)| text)
+            .filter(|t| !t.is_empty())
     }
 }
 
@@ -466,9 +516,13 @@ fn render_error(e: &evcxr::Error, src: &str) -> CellError {
             let mut traceback = Vec::new();
             for err in errors {
                 if err.is_from_user_code() {
-                    if let Some(report) = err.build_report("cell".into(), src.to_string(), evcxr::Theme::Dark) {
+                    if let Some(report) = err.build_report("cell".into(), src.to_string(), evcxr::Theme::Dark)
+                    {
                         let mut buf = Vec::new();
-                        if report.write(ariadne::sources([("cell".to_string(), src.to_string())]), &mut buf).is_ok() {
+                        if report
+                            .write(ariadne::sources([("cell".to_string(), src.to_string())]), &mut buf)
+                            .is_ok()
+                        {
                             traceback.push(String::from_utf8_lossy(&buf).trim_end().to_string());
                             continue;
                         }
@@ -548,7 +602,10 @@ fn skip_backtrace_line(line: &str, in_backtrace: &mut bool) -> bool {
 
 /// `LD_LIBRARY_PATH` with rustc's target lib dir (where `libstd-*.so` is) in front.
 fn with_toolchain_libdir(current: Option<std::ffi::OsString>) -> Result<std::ffi::OsString> {
-    let out = std::process::Command::new("rustc").args(["--print", "target-libdir"]).output().context("running rustc (evcxr needs a Rust toolchain)")?;
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "target-libdir"])
+        .output()
+        .context("running rustc (evcxr needs a Rust toolchain)")?;
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     let mut paths = vec![dir];
     paths.extend(current.iter().flat_map(std::env::split_paths));

@@ -87,8 +87,9 @@ impl Worker {
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<Interrupter, String>> {
         let (state, ready) = &*self.state;
         let guard = lock(state);
-        let (guard, _) =
-            ready.wait_timeout_while(guard, timeout, |s| matches!(s, State::Starting)).unwrap_or_else(|p| p.into_inner());
+        let (guard, _) = ready
+            .wait_timeout_while(guard, timeout, |s| matches!(s, State::Starting))
+            .unwrap_or_else(|p| p.into_inner());
         match &*guard {
             State::Starting => None,
             State::Ready(i) => Some(Ok(i.clone())),
@@ -120,13 +121,18 @@ impl Worker {
         if self.jobs.send(Job::Stop).is_ok() {
             let (state, changed) = &*self.state;
             let guard = lock(state);
-            let _ = changed.wait_timeout_while(guard, Duration::from_secs(10), |s| !matches!(s, State::Ended | State::Failed(_)));
+            let _ = changed.wait_timeout_while(guard, Duration::from_secs(10), |s| {
+                !matches!(s, State::Ended | State::Failed(_))
+            });
         }
     }
 
     /// Runs `f` on the session (after the start and every request queued before it) and
     /// returns its result; an error if the session could not start.
-    pub fn run<R: Send + 'static>(&self, f: impl FnOnce(&mut Session) -> R + Send + 'static) -> Result<R, String> {
+    pub fn run<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Session) -> R + Send + 'static,
+    ) -> Result<R, String> {
         let (tx, rx) = mpsc::channel();
         let sent = self.jobs.send(Job::Run(Box::new(move |s: &mut Session| {
             let _ = tx.send(f(s));

@@ -52,7 +52,11 @@ fn a_session_in_a_terminal() {
     // (Needles are chosen so that the terminal's echo of the input cannot match them.)
     cell(&mut p, "let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3])?; a.dtype()", "F32");
     let first_cell = t.elapsed();
-    cell(&mut p, "(&a * 2.0).exp()", r"tensor\(\[  7\.3891,  54\.5982, 403\.4288\], shape=\[3\], dtype=f32, device=cpu:0\)");
+    cell(
+        &mut p,
+        "(&a * 2.0).exp()",
+        r"tensor\(\[  7\.3891,  54\.5982, 403\.4288\], shape=\[3\], dtype=f32, device=cpu:0\)",
+    );
 
     // The ops of that cell were compiled (misses); the same cell again only executes them.
     cell(&mut p, ":profile", "cache: 0 hits, 2 misses");
@@ -64,16 +68,22 @@ fn a_session_in_a_terminal() {
     cell(&mut p, ":profile session", r"exp\s+f32\[3\]\s+2\s+1\s");
 
     // One runtime (one PJRT client) for the whole session, whatever cell asks.
-    let client = "format!(\"client@{:p}\", std::sync::Arc::as_ptr(&eager::runtime::runtime(DeviceKind::Cpu)?.client))";
+    let client =
+        "format!(\"client@{:p}\", std::sync::Arc::as_ptr(&eager::runtime::runtime(DeviceKind::Cpu)?.client))";
     let first = cell(&mut p, client, r"client@(0x[0-9a-f]+)");
     let second = cell(&mut p, client, r"client@(0x[0-9a-f]+)");
     assert_eq!(first, second, "cells see one PJRT client");
 
     // A shape error through `?`: a clear message, and the session with its variables goes on.
-    cell(&mut p, "let bad = a.add(&Tensor::zeros(&[2], DType::F32)?)?;", r"add: shape error: shapes \[3\] and \[2\] cannot be broadcast together");
+    cell(
+        &mut p,
+        "let bad = a.add(&Tensor::zeros(&[2], DType::F32)?)?;",
+        r"add: shape error: shapes \[3\] and \[2\] cannot be broadcast together",
+    );
     cell(&mut p, "a.sum_all()?", r"6\.0000");
     // A `Result` ending a cell shows its value (not `Ok(…)`), or its error.
-    let ok = cell(&mut p, "Tensor::ones(&[2], DType::F32)", r"(Ok\()?tensor\(\[1\.0000, 1\.0000\], shape=\[2\]");
+    let ok =
+        cell(&mut p, "Tensor::ones(&[2], DType::F32)", r"(Ok\()?tensor\(\[1\.0000, 1\.0000\], shape=\[2\]");
     assert_eq!(ok, "", "a Result<Tensor> is shown as its tensor");
     cell(&mut p, "a.add(&Tensor::zeros(&[4], DType::F32)?)", r"add: shape error: shapes \[3\] and \[4\]");
     // A panic (an operator's) likewise.
@@ -98,7 +108,8 @@ fn a_session_in_a_terminal() {
     // The compiled ops went to the persistent cache too; :cache clear --disk empties it.
     let on_disk: usize = cell(&mut p, ":cache", r"disk cache: (\d+) entries").parse().unwrap();
     assert!(on_disk >= 2, "{on_disk} entries on disk");
-    let removed: usize = cell(&mut p, ":cache clear --disk", r"on disk \((\d+) entries removed\)").parse().unwrap();
+    let removed: usize =
+        cell(&mut p, ":cache clear --disk", r"on disk \((\d+) entries removed\)").parse().unwrap();
     assert_eq!(removed, on_disk);
     assert_eq!(std::fs::read_dir(&compiled).unwrap().count(), 0, "nothing left in {}", compiled.display());
 
@@ -124,7 +135,8 @@ fn scripts_with_dash_e_and_a_pipe() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("mismatched types"));
 
-    let mut child = repl().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child =
+        repl().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child
         .stdin
         .take()
@@ -134,5 +146,8 @@ fn scripts_with_dash_e_and_a_pipe() {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("tensor([[2.0000, 2.0000],\n        [2.0000, 2.0000]], shape=[2, 2]"), "{stdout}");
+    assert!(
+        stdout.contains("tensor([[2.0000, 2.0000],\n        [2.0000, 2.0000]], shape=[2, 2]"),
+        "{stdout}"
+    );
 }

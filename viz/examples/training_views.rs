@@ -103,7 +103,14 @@ impl Run {
     fn new(seed: u64) -> Run {
         Run { events: Vec::new(), t: 1_000_000_000, jitter: Jitter(seed) }
     }
-    fn push(&mut self, kind: EventKind, info: &Arc<OpInfo>, cache: Option<CacheOutcome>, compile: u64, execute: u64) {
+    fn push(
+        &mut self,
+        kind: EventKind,
+        info: &Arc<OpInfo>,
+        cache: Option<CacheOutcome>,
+        compile: u64,
+        execute: u64,
+    ) {
         self.t += self.jitter.around(15_000);
         let seq = self.events.len() as u64;
         self.events.push(Event {
@@ -141,7 +148,13 @@ impl Run {
 /// executable.
 fn info(name: &'static str, attrs: &str, width: usize) -> Arc<OpInfo> {
     let spec = Spec::new(&[32, width], DType::F32);
-    Arc::new(OpInfo { name, attrs: attrs.into(), inputs: vec![spec.clone()], output: spec, device: Device::cpu() })
+    Arc::new(OpInfo {
+        name,
+        attrs: attrs.into(),
+        inputs: vec![spec.clone()],
+        output: spec,
+        device: Device::cpu(),
+    })
 }
 
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
@@ -150,7 +163,8 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let (up, down) = (info("to_device", "", 64), info("to_host", "", 1));
 
     // Eager: every op its own dispatch, compiled on the first step.
-    let ops: Vec<Arc<OpInfo>> = STEP_OPS.iter().enumerate().map(|(i, &name)| info(name, "", 64 + i)).collect();
+    let ops: Vec<Arc<OpInfo>> =
+        STEP_OPS.iter().enumerate().map(|(i, &name)| info(name, "", 64 + i)).collect();
     let mut eager = Run::new(1);
     // Compiled: one program a step, compiled once.
     let train_step = info("train_step", &format!("{} ops compiled into one", STEP_OPS.len()), 64);
@@ -173,11 +187,13 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     }
     let (eager, compiled) = (eager.profile(), compiled.profile());
 
-    let by_step = viz::line_chart("Training loss", "step", "loss", &[("eager", &loss), ("compiled", &loss)]).log_y();
-    let by_time = viz::LineChart::new("Training loss against wall time", "seconds since the first step", "loss")
-        .series_xy("eager", &eager_at)
-        .series_xy("compiled", &compiled_at)
-        .log_y();
+    let by_step =
+        viz::line_chart("Training loss", "step", "loss", &[("eager", &loss), ("compiled", &loss)]).log_y();
+    let by_time =
+        viz::LineChart::new("Training loss against wall time", "seconds since the first step", "loss")
+            .series_xy("eager", &eager_at)
+            .series_xy("compiled", &compiled_at)
+            .log_y();
     let cmp = viz::compare(&[("eager", &eager), ("compiled", &compiled)]).steps(STEPS as usize);
     println!("{}", cmp.text());
 
@@ -189,6 +205,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     cmp.write_svg(out.join("compare.svg"))?;
     // What a notebook shows when the comparison ends a cell: the chart above the table.
     std::fs::write(out.join("compare.html"), format!("<meta charset=\"utf-8\">\n{}", cmp.html()))?;
-    println!("wrote {0}/{{loss_by_step,loss_by_time,compare}}.{{png,svg}} and {0}/compare.html", out.display());
+    println!(
+        "wrote {0}/{{loss_by_step,loss_by_time,compare}}.{{png,svg}} and {0}/compare.html",
+        out.display()
+    );
     Ok(())
 }

@@ -69,7 +69,15 @@ fn varying(sigs: &[Signature]) -> Vec<String> {
     counts
         .iter()
         .filter(|c| c.2 == most)
-        .map(|&(p, d, _)| if p < inputs { format!("dim {d} of input {p}") } else { format!("dim {d} of the output") })
+        .map(
+            |&(p, d, _)| {
+                if p < inputs {
+                    format!("dim {d} of input {p}")
+                } else {
+                    format!("dim {d} of the output")
+                }
+            },
+        )
         .collect()
 }
 
@@ -89,12 +97,18 @@ impl Compiles {
         let inputs: Vec<String> = self.sigs.iter().map(|s| show(&s[..s.len() - 1])).collect();
         // Show outputs too when inputs alone do not tell the compiles apart (reshape, fill).
         let with_output = inputs.iter().collect::<HashSet<_>>().len() < inputs.len();
-        let shapes = self
-            .sigs
-            .iter()
-            .zip(inputs)
-            .map(|(s, i)| if with_output { format!("{i} → {:?}", s[s.len() - 1]).trim_start().into() } else { i })
-            .collect();
+        let shapes =
+            self.sigs
+                .iter()
+                .zip(inputs)
+                .map(|(s, i)| {
+                    if with_output {
+                        format!("{i} → {:?}", s[s.len() - 1]).trim_start().into()
+                    } else {
+                        i
+                    }
+                })
+                .collect();
         Hint {
             op: self.op,
             shapes,
@@ -132,7 +146,8 @@ pub(crate) fn hints(events: &[Event], threshold: usize) -> Vec<Hint> {
         }
         o.compile_ns += e.compile_ns;
     }
-    let mut hints: Vec<Hint> = ops.into_iter().filter(|o| o.sigs.len() >= threshold).map(Compiles::hint).collect();
+    let mut hints: Vec<Hint> =
+        ops.into_iter().filter(|o| o.sigs.len() >= threshold).map(Compiles::hint).collect();
     hints.sort_by(|a, b| b.compile_ns.cmp(&a.compile_ns));
     hints
 }

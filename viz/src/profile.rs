@@ -156,7 +156,8 @@ impl Recorder {
         let end_ns = profiler::now_ns();
         let next = profiler::next_seq();
         // Events recorded after `next` was read belong to a later snapshot.
-        let events: Vec<Event> = profiler::events_since(self.mark).into_iter().filter(|e| e.seq < next).collect();
+        let events: Vec<Event> =
+            profiler::events_since(self.mark).into_iter().filter(|e| e.seq < next).collect();
         let lost = (next - self.mark).saturating_sub(events.len() as u64);
         Profile { lost, ..Profile::from_events(events).with_window(self.start_ns, end_ns) }
     }

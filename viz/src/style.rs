@@ -32,8 +32,12 @@ pub const WALL: RGBColor = RGBColor(0xA0, 0xA0, 0xA0);
 /// Line-chart series (loss curves), in order, repeating past the last: green and wine for
 /// the common pair, then teal and olive. None is the orange, blue, purple or brown of
 /// compile, execute, transfer and load, so a curve never reads as a dispatch part.
-pub const SERIES: [RGBColor; 4] =
-    [RGBColor(0x22, 0x88, 0x33), RGBColor(0xAA, 0x33, 0x77), RGBColor(0x44, 0xAA, 0x99), RGBColor(0x99, 0x99, 0x33)];
+pub const SERIES: [RGBColor; 4] = [
+    RGBColor(0x22, 0x88, 0x33),
+    RGBColor(0xAA, 0x33, 0x77),
+    RGBColor(0x44, 0xAA, 0x99),
+    RGBColor(0x99, 0x99, 0x33),
+];
 /// Text and axes.
 pub const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
 /// Secondary text (subtitles, notes).
@@ -161,12 +165,14 @@ impl Look {
         let full = text_w + n * (sw + gap) + space * (n - 1.0).max(0.0);
         let k = if full > room { room / full } else { 1.0 };
         let text = self.font(15).resize(self.px(15) as f64 * k).color(&INK);
-        let (sw, gap, space) = ((sw * k).round() as i32, (gap * k).round() as i32, (space * k).round() as i32);
+        let (sw, gap, space) =
+            ((sw * k).round() as i32, (gap * k).round() as i32, (space * k).round() as i32);
         let mut widths = Vec::with_capacity(legend.len());
         for (label, _) in legend {
             widths.push(root.estimate_text_size(label, &text)?.0 as i32);
         }
-        let total: i32 = widths.iter().map(|t| sw + gap + t).sum::<i32>() + space * (legend.len() as i32 - 1).max(0);
+        let total: i32 =
+            widths.iter().map(|t| sw + gap + t).sum::<i32>() + space * (legend.len() as i32 - 1).max(0);
         let (mut x, y) = (w as i32 / 2 - total / 2, self.px(76) as i32);
         for ((label, color), tw) in legend.iter().zip(widths) {
             root.draw(&Rectangle::new([(x, y - sw / 2), (x + sw, y + sw / 2)], color.filled()))?;

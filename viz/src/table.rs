@@ -213,7 +213,8 @@ impl Table {
         lines.extend(self.hints.iter().take(HINTS_SHOWN).cloned());
         if self.hints.len() > HINTS_SHOWN {
             let more = self.hints.len() - HINTS_SHOWN;
-            lines.push(format!("… and {more} more hint{} (Profile::hints)", if more == 1 { "" } else { "s" }));
+            lines
+                .push(format!("… and {more} more hint{} (Profile::hints)", if more == 1 { "" } else { "s" }));
         }
         lines
     }
@@ -263,7 +264,9 @@ impl Table {
     pub fn to_html(&self) -> String {
         const CELL: &str = "padding:2px 10px;border-bottom:1px solid #ddd";
         let mut out = String::from("<div class=\"viz-table\">");
-        out.push_str("<table style=\"border-collapse:collapse;font-family:monospace;font-size:13px\">\n<thead><tr>");
+        out.push_str(
+            "<table style=\"border-collapse:collapse;font-family:monospace;font-size:13px\">\n<thead><tr>",
+        );
         for (i, h) in HEADERS.iter().enumerate() {
             let align = if i < 2 { "left" } else { "right" };
             let _ = write!(out, "<th style=\"{CELL};text-align:{align}\">{}</th>", escape(h));

@@ -44,7 +44,16 @@ fn us(ns: u64) -> f64 {
 }
 
 fn slice(name: String, cat: &'static str, ts_ns: u64, dur_ns: u64, tid: u32, args: Value) -> TraceEvent {
-    TraceEvent { name, cat: Some(cat), ph: "X", ts: Some(us(ts_ns)), dur: Some(us(dur_ns)), pid: PID, tid, args }
+    TraceEvent {
+        name,
+        cat: Some(cat),
+        ph: "X",
+        ts: Some(us(ts_ns)),
+        dur: Some(us(dur_ns)),
+        pid: PID,
+        tid,
+        args,
+    }
 }
 
 fn meta(name: &str, tid: u32, args: Value) -> TraceEvent {
@@ -101,7 +110,14 @@ impl Profile {
                         // 1 ns short: float µs round-off must never make it overlap the execute
                         // slice that follows, or viewers misnest the two.
                         let dur = e.compile_ns.saturating_sub(1);
-                        slices.push(slice(format!("{fetch} {name}"), fetch, t, dur, tid, args(e, Some(cache))));
+                        slices.push(slice(
+                            format!("{fetch} {name}"),
+                            fetch,
+                            t,
+                            dur,
+                            tid,
+                            args(e, Some(cache)),
+                        ));
                     }
                     slices.push(slice(
                         name.into(),

@@ -106,7 +106,8 @@ fn charts_and_trace_of_a_real_run() {
     }
 
     let v: serde_json::Value = serde_json::from_str(&p.trace_json()).unwrap();
-    let slices: Vec<_> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").cloned().collect();
+    let slices: Vec<_> =
+        v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").cloned().collect();
     let count = |c: &str| slices.iter().filter(|e| e["cat"] == c).count();
     assert_eq!(count("compile") as u64, d.misses);
     assert_eq!(count("load") as u64, d.disk_hits);

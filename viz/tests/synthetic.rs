@@ -109,7 +109,9 @@ fn lines(svg: &str, color: RGBColor) -> Vec<String> {
     let doc = roxmltree::Document::parse(svg).unwrap();
     let want = hex(color);
     doc.descendants()
-        .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke").is_some_and(|s| s.eq_ignore_ascii_case(&want)))
+        .filter(|n| {
+            n.has_tag_name("polyline") && n.attribute("stroke").is_some_and(|s| s.eq_ignore_ascii_case(&want))
+        })
         .map(|n| n.attribute("points").unwrap_or_default().to_string())
         .collect()
 }
@@ -119,7 +121,9 @@ fn rects(svg: &str, color: RGBColor) -> usize {
     let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
     let want = hex(color);
     doc.descendants()
-        .filter(|n| n.has_tag_name("rect") && n.attribute("fill").is_some_and(|f| f.eq_ignore_ascii_case(&want)))
+        .filter(|n| {
+            n.has_tag_name("rect") && n.attribute("fill").is_some_and(|f| f.eq_ignore_ascii_case(&want))
+        })
         .count()
 }
 
@@ -149,7 +153,9 @@ fn table_counts_sort_and_totals() {
     let text = p.table_text();
     assert!(text.contains("hit rate 66.7%"), "{text}");
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("op") && lines[0].contains("compile/load ms") && lines[0].contains("wall %"));
+    assert!(
+        lines[0].starts_with("op") && lines[0].contains("compile/load ms") && lines[0].contains("wall %")
+    );
     assert!(lines[2].starts_with("add ") && lines[2].contains("f32[2, 3] x f32[3]"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("total") && l.contains(" 8 ") && l.contains(" 2 ")), "{text}");
 
@@ -237,7 +243,9 @@ fn compile_vs_execute_has_a_stacked_bar_per_op_kind() {
 fn cache_chart_states_the_hit_rate() {
     let p = small().profile();
     let svg = p.cache_hits().svg().unwrap();
-    assert!(svg.contains("4 hits, 2 misses (compiled), 0 loaded from disk over 6 op dispatches · hit rate 66.7%"));
+    assert!(
+        svg.contains("4 hits, 2 misses (compiled), 0 loaded from disk over 6 op dispatches · hit rate 66.7%")
+    );
     // One line per series.
     assert_eq!(lines(&svg, HIT).len(), 1);
     assert_eq!(lines(&svg, MISS).len(), 1);
@@ -385,7 +393,8 @@ fn many_dispatches_draw_in_full() {
     let cpu = Device::cpu();
     let mut log = Log::new();
     log.gap_ns = 500;
-    let kinds: Vec<_> = ["add", "mul", "exp", "sum"].iter().map(|&n| info(n, "", &[&[64, 64]], cpu)).collect();
+    let kinds: Vec<_> =
+        ["add", "mul", "exp", "sum"].iter().map(|&n| info(n, "", &[&[64, 64]], cpu)).collect();
     for i in 0..5000 {
         log.op(&kinds[i % 4], i < 4);
     }
@@ -399,16 +408,19 @@ fn many_dispatches_draw_in_full() {
     assert_eq!(p.cache_hits().kind(), ChartKind::CacheHits);
     // Runs of hits make straight lines: a handful of points, not 5000.
     let svg = p.cache_hits().svg().unwrap();
-    let points: usize =
-        [HIT, MISS, DISK_HIT].iter().flat_map(|&c| lines(&svg, c)).map(|p| p.split_whitespace().count()).sum();
+    let points: usize = [HIT, MISS, DISK_HIT]
+        .iter()
+        .flat_map(|&c| lines(&svg, c))
+        .map(|p| p.split_whitespace().count())
+        .sum();
     assert!(points < 20, "{points} points");
 }
 
 #[test]
 fn compile_vs_execute_merges_what_does_not_fit() {
     const NAMES: [&str; 30] = [
-        "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8",
-        "b9", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9",
+        "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "b0", "b1", "b2", "b3", "b4", "b5", "b6",
+        "b7", "b8", "b9", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9",
     ];
     let mut log = Log::new();
     for name in NAMES {
@@ -419,7 +431,10 @@ fn compile_vs_execute_merges_what_does_not_fit() {
     let svg = chart.svg().unwrap();
     // 19 op kinds and one row summing the other 11, one compile bar each.
     assert_eq!(rects(&svg, COMPILE) - 1, 20);
-    assert!(svg.contains("11 others") && svg.contains("compile 22.0 ms + execute 550 µs · 11 calls"), "{svg}");
+    assert!(
+        svg.contains("11 others") && svg.contains("compile 22.0 ms + execute 550 µs · 11 calls"),
+        "{svg}"
+    );
     // A short canvas keeps fewer rows, each still at least 20 px at its scale.
     let short = chart.svg_sized(1000, 400).unwrap();
     let rows = rects(&short, COMPILE) - 1;
@@ -429,8 +444,10 @@ fn compile_vs_execute_merges_what_does_not_fit() {
 /// The numeric cells of the text table's line starting with `op`: calls, misses, disk,
 /// compile/load ms, execute µs, mean µs, wall %.
 fn numbers<'a>(text: &'a str, op: &str) -> Vec<&'a str> {
-    let line =
-        text.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap_or_else(|| panic!("no {op} row in\n{text}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{op} ")))
+        .unwrap_or_else(|| panic!("no {op} row in\n{text}"));
     let cells: Vec<&str> = line.split_whitespace().collect();
     cells[cells.len() - 7..].to_vec()
 }
@@ -451,13 +468,27 @@ fn disk_loads_are_counted_apart_from_hits_and_misses() {
     assert_eq!(rows, [("add", 3, 1, 0), ("matmul", 2, 0, 1), ("exp", 1, 0, 1), ("host→device", 1, 0, 0)]);
     // The compile/load column holds both: 2 ms compiling add, 1 ms loading matmul.
     assert_eq!((t.rows[0].compile_ns, t.rows[1].compile_ns), (2_000_000, 1_000_000));
-    assert_eq!((t.totals.calls, t.totals.misses, t.totals.disk_hits, t.totals.compile_ns), (7, 1, 2, 4_000_000));
+    assert_eq!(
+        (t.totals.calls, t.totals.misses, t.totals.disk_hits, t.totals.compile_ns),
+        (7, 1, 2, 4_000_000)
+    );
 
     let text = p.table_text();
-    let header: Vec<&str> = text.lines().next().unwrap().split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+    let header: Vec<&str> =
+        text.lines().next().unwrap().split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
     assert_eq!(
         header,
-        ["op", "input shapes", "calls", "misses", "disk", "compile/load ms", "execute µs", "mean µs", "wall %"]
+        [
+            "op",
+            "input shapes",
+            "calls",
+            "misses",
+            "disk",
+            "compile/load ms",
+            "execute µs",
+            "mean µs",
+            "wall %"
+        ]
     );
     assert_eq!(numbers(&text, "add")[..4], ["3", "1", "0", "2.00"]);
     assert_eq!(numbers(&text, "matmul")[..4], ["2", "0", "1", "1.00"]);
@@ -499,7 +530,9 @@ fn rect_boxes(svg: &str, color: RGBColor) -> Vec<(f64, f64, f64)> {
     let num = |n: roxmltree::Node, a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
     let mut boxes: Vec<(f64, f64, f64)> = doc
         .descendants()
-        .filter(|n| n.has_tag_name("rect") && n.attribute("fill").is_some_and(|f| f.eq_ignore_ascii_case(&want)))
+        .filter(|n| {
+            n.has_tag_name("rect") && n.attribute("fill").is_some_and(|f| f.eq_ignore_ascii_case(&want))
+        })
         .map(|n| (num(n, "x"), num(n, "y"), num(n, "width")))
         .collect();
     boxes.sort_by(|a, b| a.1.total_cmp(&b.1));
@@ -555,8 +588,13 @@ fn rise(points: &str) -> f64 {
 fn cache_chart_has_a_disk_load_line() {
     let p = mixed().profile();
     let svg = p.cache_hits().svg().unwrap();
-    assert!(svg.contains("3 hits, 1 misses (compiled), 2 loaded from disk over 6 op dispatches · hit rate 50.0%"));
-    assert!(svg.contains("disk loads (load + execute)") && svg.contains("Compile cache hits, disk loads and misses"));
+    assert!(
+        svg.contains("3 hits, 1 misses (compiled), 2 loaded from disk over 6 op dispatches · hit rate 50.0%")
+    );
+    assert!(
+        svg.contains("disk loads (load + execute)")
+            && svg.contains("Compile cache hits, disk loads and misses")
+    );
     let (hits, disk, misses) = (lines(&svg, HIT), lines(&svg, DISK_HIT), lines(&svg, MISS));
     assert_eq!((hits.len(), disk.len(), misses.len()), (1, 1, 1));
     // Final counts 3, 2 and 1 on one axis.
@@ -649,7 +687,8 @@ fn eager_and_compiled(steps: usize) -> (Profile, Profile) {
     let train_step = info("train_step", "4 ops compiled into one", &[&[32, 8]], cpu);
     let mut compiled = Log::new();
     for step in 0..steps {
-        let (cache, compile) = if step == 0 { (CacheOutcome::Miss, 2_000_000) } else { (CacheOutcome::Hit, 0) };
+        let (cache, compile) =
+            if step == 0 { (CacheOutcome::Miss, 2_000_000) } else { (CacheOutcome::Hit, 0) };
         compiled.push(EventKind::Op, &train_step, Some(cache), compile, 150_000);
     }
     (eager.profile(), compiled.profile())
@@ -865,7 +904,8 @@ fn line_chart_draws_one_line_per_series_with_its_name() {
     assert_eq!(rects(&svg, SERIES[0]), 1, "a legend swatch");
     assert_eq!(rects(&svg, SERIES[1]), 1, "a legend swatch");
     let doc = roxmltree::Document::parse(&svg).unwrap();
-    let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+    let texts: Vec<&str> =
+        doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
     for want in ["Training loss", "eager", "compiled", "step", "loss", "last: eager 0.04 · compiled 0.5"] {
         assert!(texts.iter().any(|t| t.trim() == want), "no {want:?} in {texts:?}");
     }
@@ -892,8 +932,12 @@ fn line_chart_draws_one_line_per_series_with_its_name() {
 #[test]
 fn line_chart_leaves_out_what_it_cannot_draw() {
     let gappy = [1.0, f64::NAN, 2.0, 3.0, f64::INFINITY, 2.5];
-    let chart =
-        viz::line_chart("gaps", "step", "loss", &[("gappy", &gappy[..]), ("nan", &[f64::NAN][..]), ("none", &[][..])]);
+    let chart = viz::line_chart(
+        "gaps",
+        "step",
+        "loss",
+        &[("gappy", &gappy[..]), ("nan", &[f64::NAN][..]), ("none", &[][..])],
+    );
     let svg = chart.svg().unwrap();
     // Broken where a value is missing: [1], [2, 3], [2.5].
     let runs = lines(&svg, SERIES[0]);
@@ -905,7 +949,10 @@ fn line_chart_leaves_out_what_it_cannot_draw() {
         "{svg}"
     );
     for name in ["gappy", "nan", "none"] {
-        assert!(svg.contains(&format!(">{name}<")) || svg.contains(&format!(">\n{name}\n<")), "legend {name}");
+        assert!(
+            svg.contains(&format!(">{name}<")) || svg.contains(&format!(">\n{name}\n<")),
+            "legend {name}"
+        );
     }
     chart.png(640, 360).unwrap();
 
@@ -915,14 +962,19 @@ fn line_chart_leaves_out_what_it_cannot_draw() {
     assert_eq!(lines(&svg, SERIES[0]).len(), 1);
     assert!(svg.contains("2 non-finite or not positive values left out"), "{svg}");
     let doc = roxmltree::Document::parse(&svg).unwrap();
-    let texts: Vec<&str> =
-        doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::trim).collect();
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
     for tick in ["0.1", "0.2", "0.5", "1", "2"] {
         assert!(texts.contains(&tick), "no {tick} tick in {texts:?}");
     }
     log.png(640, 360).unwrap();
     // Between two digits, the log axis still has labels.
-    let narrow = viz::line_chart("narrow", "step", "loss", &[("a", &[0.311, 0.32, 0.338][..])]).log_y().svg().unwrap();
+    let narrow =
+        viz::line_chart("narrow", "step", "loss", &[("a", &[0.311, 0.32, 0.338][..])]).log_y().svg().unwrap();
     let doc = roxmltree::Document::parse(&narrow).unwrap();
     let y_ticks = doc
         .descendants()
@@ -959,7 +1011,11 @@ fn line_chart_against_time_starts_at_zero() {
     let svg = chart.svg().unwrap();
     assert_eq!((lines(&svg, SERIES[0]).len(), lines(&svg, SERIES[1]).len()), (1, 1));
     let doc = roxmltree::Document::parse(&svg).unwrap();
-    let texts: Vec<&str> =
-        doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::trim).collect();
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
     assert!(texts.contains(&"0.0"), "the x axis starts at 0: {texts:?}");
 }

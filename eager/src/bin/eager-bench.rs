@@ -174,7 +174,12 @@ fn first_call_ops() -> Result<Vec<FirstCall>> {
             _ => "memory",
         };
         let fetch_ns: u64 = events.iter().map(|e| e.compile_ns).sum();
-        out.push(FirstCall { op: label.to_string(), outcome: outcome.into(), fetch_ms: fetch_ns as f64 / 1e6, first_call_ms });
+        out.push(FirstCall {
+            op: label.to_string(),
+            outcome: outcome.into(),
+            fetch_ms: fetch_ns as f64 / 1e6,
+            first_call_ms,
+        });
     }
     Ok(out)
 }
@@ -187,7 +192,11 @@ fn first_call_in_child(dir: &Path) -> anyhow::Result<Vec<FirstCall>> {
         .env("EAGER_COMPILE_CACHE_DIR", dir)
         .output()
         .context("running the first-call child")?;
-    anyhow::ensure!(out.status.success(), "first-call child failed: {}", String::from_utf8_lossy(&out.stderr));
+    anyhow::ensure!(
+        out.status.success(),
+        "first-call child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
@@ -250,7 +259,8 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     let rt = runtime::runtime(DeviceKind::Cpu)?;
     r.runtime_start_ms = t.elapsed().as_secs_f64() * 1e3;
-    r.platform = format!("{} (PJRT C API {}.{})", rt.client.platform_name, rt.api_version().0, rt.api_version().1);
+    r.platform =
+        format!("{} (PJRT C API {}.{})", rt.client.platform_name, rt.api_version().0, rt.api_version().1);
     r.devices = rt.client.devices.len();
     profiler::set_capacity(1024); // keep the log small; recording stays on as users have it
 
@@ -326,7 +336,12 @@ fn main() -> anyhow::Result<()> {
     let dims = [784, 256, 128, 10];
     let layers: Vec<(Tensor, Tensor)> = dims
         .windows(2)
-        .map(|d| Ok((Tensor::randn(&[d[0], d[1]], DType::F32)?.mul_scalar(0.05)?, Tensor::zeros(&[d[1]], DType::F32)?)))
+        .map(|d| {
+            Ok((
+                Tensor::randn(&[d[0], d[1]], DType::F32)?.mul_scalar(0.05)?,
+                Tensor::zeros(&[d[1]], DType::F32)?,
+            ))
+        })
         .collect::<Result<_>>()?;
     let batch = Tensor::rand(&[64, 784], DType::F32)?;
     mlp_forward(&batch, &layers)?.to_vec::<f32>()?;
@@ -394,15 +409,31 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     println!("  runtime start (plugin load + client):   {:8.1} ms", r.runtime_start_ms);
     println!("\ncached tiny add (f32[4] + f32[4]), median of {calls} calls, same executable:");
     println!("  raw PJRT execute (the floor):           {:8.2} µs", h.raw_execute_us);
-    println!("  eager Tensor::add (cache hit, async):   {:8.2} µs   ({:+.2} µs over the floor)", h.ours_us, h.ours_minus_raw_us);
+    println!(
+        "  eager Tensor::add (cache hit, async):   {:8.2} µs   ({:+.2} µs over the floor)",
+        h.ours_us, h.ours_minus_raw_us
+    );
     println!("    of which: key + hash + lookup         {:8.2} µs", h.key_lookup_us);
-    println!("              event recording             {:8.2} µs   (profiler off: {:.2} µs)", h.ours_us - h.ours_profiler_off_us, h.ours_profiler_off_us);
+    println!(
+        "              event recording             {:8.2} µs   (profiler off: {:.2} µs)",
+        h.ours_us - h.ours_profiler_off_us,
+        h.ours_profiler_off_us
+    );
     println!("  raw execute + completion wait:          {:8.2} µs", h.raw_execute_wait_us);
     println!("  eager add + block_until_ready:          {:8.2} µs", h.ours_wait_us);
     println!("\nthroughput (result read back or awaited):");
-    println!("  100-op chain (mul add tanh max sub, f32[256]): {:7.3} ms = {:9.0} ops/s", r.chain_100_ops_ms, r.chain_ops_per_s);
-    println!("  MLP 784-256-128-10 forward, batch 64:          {:7.3} ms = {:9.0} passes/s", r.mlp_forward_ms, r.mlp_forward_per_s);
-    println!("  MLP 784-256-10 train step, batch 64, SGD:      {:9.0} steps/s eager, {:9.0} steps/s compiled", r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s);
+    println!(
+        "  100-op chain (mul add tanh max sub, f32[256]): {:7.3} ms = {:9.0} ops/s",
+        r.chain_100_ops_ms, r.chain_ops_per_s
+    );
+    println!(
+        "  MLP 784-256-128-10 forward, batch 64:          {:7.3} ms = {:9.0} passes/s",
+        r.mlp_forward_ms, r.mlp_forward_per_s
+    );
+    println!(
+        "  MLP 784-256-10 train step, batch 64, SGD:      {:9.0} steps/s eager, {:9.0} steps/s compiled",
+        r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s
+    );
     println!("\nfirst call in a fresh process (get the executable / whole call):");
     println!("  {:<18} {:>22} {:>26}", "op", "cold: compile", "disk cache: load");
     for (c, d) in r.first_call_cold.iter().zip(&r.first_call_disk) {
@@ -413,7 +444,10 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     }
     let sum = |v: &[FirstCall]| v.iter().map(|c| c.fetch_ms).sum::<f64>();
     println!("  total              {:>8.1} ms {:>22.1} ms", sum(&r.first_call_cold), sum(&r.first_call_disk));
-    println!("\nmatmul 1024x1024 f32: eager {:.1} GFLOP/s, raw execute {:.1} GFLOP/s", r.matmul_1024_gflops, r.matmul_1024_raw_gflops);
+    println!(
+        "\nmatmul 1024x1024 f32: eager {:.1} GFLOP/s, raw execute {:.1} GFLOP/s",
+        r.matmul_1024_gflops, r.matmul_1024_raw_gflops
+    );
     println!(
         "\nresident memory: {:.1} MiB before, {:.1} MiB after {} ops ({:+.1} MiB)",
         r.rss_before_mib,

@@ -46,7 +46,13 @@ impl std::hash::Hash for Program {
 impl Program {
     /// Emits the module of a traced function: `values` in order (parameters `0..params` among
     /// them), returning `outputs`. Each op is emitted by its own [`Op`] definition.
-    pub(crate) fn new(name: &'static str, values: &[(ValueDef, Spec)], params: usize, outputs: &[usize], ops: usize) -> Program {
+    pub(crate) fn new(
+        name: &'static str,
+        values: &[(ValueDef, Spec)],
+        params: usize,
+        outputs: &[usize],
+        ops: usize,
+    ) -> Program {
         let mut e = Emitter::default();
         let mut emitted: Vec<Value> = Vec::with_capacity(values.len());
         let mut param_specs = vec![Spec::new(&[], DType::F32); params];

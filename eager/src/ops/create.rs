@@ -152,7 +152,10 @@ mod tests {
 
     #[test]
     fn arange_scales_an_iota() {
-        let m = module(Arange { n: 4, dtype: DType::I64 }, &[Spec::new(&[], DType::I64), Spec::new(&[], DType::I64)]);
+        let m = module(
+            Arange { n: 4, dtype: DType::I64 },
+            &[Spec::new(&[], DType::I64), Spec::new(&[], DType::I64)],
+        );
         assert!(m.contains("\"stablehlo.iota\"") && m.contains("\"stablehlo.multiply\""), "{m}");
         assert!(m.contains("-> tensor<4xi64>"), "{m}");
     }

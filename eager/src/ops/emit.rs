@@ -37,7 +37,13 @@ impl Emitter {
         let names: Vec<&str> = inputs.iter().map(|v| v.name.as_str()).collect();
         let types: Vec<String> = inputs.iter().map(|v| v.spec.mlir()).collect();
         let attrs = if attrs.is_empty() { String::new() } else { format!(" {{{attrs}}}") };
-        let _ = writeln!(self.body, "    {name} = \"{op}\"({}){attrs} : ({}) -> {}", names.join(", "), types.join(", "), out.mlir());
+        let _ = writeln!(
+            self.body,
+            "    {name} = \"{op}\"({}){attrs} : ({}) -> {}",
+            names.join(", "),
+            types.join(", "),
+            out.mlir()
+        );
         Value { name, spec: out.clone() }
     }
 
@@ -53,7 +59,8 @@ impl Emitter {
             return v.clone();
         }
         let offset = shape.len() - v.spec.rank();
-        let attr = format!("broadcast_dimensions = {}", i64_array(&(offset..shape.len()).collect::<Vec<_>>()));
+        let attr =
+            format!("broadcast_dimensions = {}", i64_array(&(offset..shape.len()).collect::<Vec<_>>()));
         self.op("stablehlo.broadcast_in_dim", &[v], &attr, &Spec { shape: shape.into(), dtype: v.spec.dtype })
     }
 
@@ -70,14 +77,20 @@ impl Emitter {
         let attr = format!(
             "comparison_direction = #stablehlo<comparison_direction {direction}>, compare_type = #stablehlo<comparison_type {kind}>"
         );
-        self.op("stablehlo.compare", &[a, b], &attr, &Spec { shape: a.spec.shape.clone(), dtype: DType::Bool })
+        self.op(
+            "stablehlo.compare",
+            &[a, b],
+            &attr,
+            &Spec { shape: a.spec.shape.clone(), dtype: DType::Bool },
+        )
     }
 
     /// `reduce` of `x` over `dims` with the binary `combine` op and its identity `init`.
     pub(crate) fn reduce(&mut self, x: &Value, dims: &[usize], combine: &str, init: f64) -> Value {
         let scalar = Spec::new(&[], x.spec.dtype);
         let init = self.constant(&scalar, init);
-        let out = Spec { shape: super::reduce::reduced_shape(&x.spec.shape, dims, false), dtype: x.spec.dtype };
+        let out =
+            Spec { shape: super::reduce::reduced_shape(&x.spec.shape, dims, false), dtype: x.spec.dtype };
         let name = self.fresh();
         let (a, b, r) = (self.fresh(), self.fresh(), self.fresh());
         let t = scalar.mlir();
@@ -120,7 +133,8 @@ pub(crate) fn one_op_module(op: &Op, inputs: &[Spec], output: &Spec) -> String {
 
 /// The module template every program uses: `@main(params) -> results { body; return }`.
 pub(crate) fn module(name: &str, params: &[Spec], results: &[Value], body: &str) -> String {
-    let params: Vec<String> = params.iter().enumerate().map(|(i, s)| format!("%arg{i}: {}", s.mlir())).collect();
+    let params: Vec<String> =
+        params.iter().enumerate().map(|(i, s)| format!("%arg{i}: {}", s.mlir())).collect();
     let names: Vec<&str> = results.iter().map(|v| v.name.as_str()).collect();
     let types: Vec<String> = results.iter().map(|v| v.spec.mlir()).collect();
     let out = if types.len() == 1 { types[0].clone() } else { format!("({})", types.join(", ")) };

@@ -225,7 +225,10 @@ mod tests {
     fn index_select_wraps_negative_indices_then_gathers() {
         let m = module(IndexSelect { dim: 0, check: false }, &[f32s(&[5, 3]), Spec::new(&[2], DType::I64)]);
         assert!(m.contains("comparison_direction LT") && m.contains("\"stablehlo.select\""), "{m}");
-        assert!(m.contains("collapsed_slice_dims = [0]") && m.contains("slice_sizes = array<i64: 1, 3>"), "{m}");
+        assert!(
+            m.contains("collapsed_slice_dims = [0]") && m.contains("slice_sizes = array<i64: 1, 3>"),
+            "{m}"
+        );
         assert!(m.contains("-> tensor<2x3xf32>"), "{m}");
     }
 

@@ -28,14 +28,14 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::{broadcast_shapes, resolve_dim, Shape, Spec};
 
-pub use call::{Call, Program};
 pub(crate) use call::ValueDef;
+pub use call::{Call, Program};
 pub use create::{Arange, Eye, Fill};
 pub use elementwise::{Binary, Cast, Compare, Unary, Where};
 pub(crate) use emit::Emitter;
 use emit::Value;
-pub use index::IndexSelect;
 pub(crate) use index::IndexCheck;
+pub use index::IndexSelect;
 pub use matmul::Matmul;
 pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
 pub use random::{Dist, Random};
@@ -195,8 +195,9 @@ pub(crate) trait Operand: Clone + Sized {
     }
     /// Dim `dim` (negative counts from the end), or an error naming `op`.
     fn dim(&self, op: &'static str, dim: isize) -> Result<usize> {
-        resolve_dim(dim, self.rank_of())
-            .ok_or_else(|| Error::invalid(op, format!("dim {dim} is out of range for a rank-{} tensor", self.rank_of())))
+        resolve_dim(dim, self.rank_of()).ok_or_else(|| {
+            Error::invalid(op, format!("dim {dim} is out of range for a rank-{} tensor", self.rank_of()))
+        })
     }
     /// Dims `dims` resolved and sorted; an error if one repeats.
     fn dims(&self, op: &'static str, dims: &[isize]) -> Result<Dims> {
@@ -247,14 +248,18 @@ pub(crate) fn check_arity(op: &'static str, inputs: &[Spec], n: usize) -> Result
 
 pub(crate) fn same_dtype(op: &'static str, a: &Spec, b: &Spec) -> Result<()> {
     if a.dtype != b.dtype {
-        return Err(Error::dtype(op, format!("dtypes differ: {} vs {}; convert one with .to_dtype(..)", a.dtype, b.dtype)));
+        return Err(Error::dtype(
+            op,
+            format!("dtypes differ: {} vs {}; convert one with .to_dtype(..)", a.dtype, b.dtype),
+        ));
     }
     Ok(())
 }
 
 /// The NumPy broadcast of two shapes, or a shape error naming `op`.
 pub(crate) fn broadcast(op: &'static str, a: &[usize], b: &[usize]) -> Result<Shape> {
-    broadcast_shapes(a, b).ok_or_else(|| Error::shape(op, format!("shapes {a:?} and {b:?} cannot be broadcast together")))
+    broadcast_shapes(a, b)
+        .ok_or_else(|| Error::shape(op, format!("shapes {a:?} and {b:?} cannot be broadcast together")))
 }
 
 /// One gradient, for single-input ops.

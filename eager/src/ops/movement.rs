@@ -27,7 +27,8 @@ impl OpDef for Reshape {
         let n: usize = self.shape.iter().product();
         if n != inputs[0].numel() {
             let (from, to) = (inputs[0].shape.as_slice(), self.shape.as_slice());
-            let msg = format!("cannot reshape {from:?} ({} elements) to {to:?} ({n} elements)", inputs[0].numel());
+            let msg =
+                format!("cannot reshape {from:?} ({} elements) to {to:?} ({n} elements)", inputs[0].numel());
             return Err(Error::shape(name, msg));
         }
         Ok(Spec { shape: self.shape.clone(), dtype: inputs[0].dtype })
@@ -58,8 +59,15 @@ impl OpDef for Permute {
         check_arity(name, inputs, 1)?;
         let x = &inputs[0];
         let mut seen = vec![false; x.rank()];
-        if perm.len() != x.rank() || perm.iter().any(|&p| p >= x.rank() || std::mem::replace(&mut seen[p], true)) {
-            let msg = format!("{:?} is not a permutation of the {} dims of {:?}", perm.as_slice(), x.rank(), x.shape.as_slice());
+        if perm.len() != x.rank()
+            || perm.iter().any(|&p| p >= x.rank() || std::mem::replace(&mut seen[p], true))
+        {
+            let msg = format!(
+                "{:?} is not a permutation of the {} dims of {:?}",
+                perm.as_slice(),
+                x.rank(),
+                x.shape.as_slice()
+            );
             return Err(Error::invalid(name, msg));
         }
         Ok(Spec { shape: perm.iter().map(|&p| x.shape[p]).collect(), dtype: x.dtype })
@@ -92,7 +100,8 @@ impl OpDef for BroadcastTo {
     fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
         check_arity(self.name(), inputs, 1)?;
         if !broadcasts_to(&inputs[0].shape, &self.shape) {
-            let msg = format!("cannot broadcast {:?} to {:?}", inputs[0].shape.as_slice(), self.shape.as_slice());
+            let msg =
+                format!("cannot broadcast {:?} to {:?}", inputs[0].shape.as_slice(), self.shape.as_slice());
             return Err(Error::shape(self.name(), msg));
         }
         Ok(Spec { shape: self.shape.clone(), dtype: inputs[0].dtype })
@@ -133,7 +142,10 @@ impl OpDef for Slice {
         for d in 0..r {
             if strides[d] == 0 || starts[d] > limits[d] || limits[d] > x.shape[d] {
                 let (s, l, st, n) = (starts[d], limits[d], strides[d], x.shape[d]);
-                return Err(Error::invalid(name, format!("range {s}..{l} step {st} is out of bounds for dim {d} of size {n}")));
+                return Err(Error::invalid(
+                    name,
+                    format!("range {s}..{l} step {st} is out of bounds for dim {d} of size {n}"),
+                ));
             }
             shape.push((limits[d] - starts[d]).div_ceil(strides[d]));
         }
@@ -161,7 +173,12 @@ impl OpDef for Slice {
 
 /// The attributes of `stablehlo.slice`.
 pub(crate) fn slice_attr(starts: &[usize], limits: &[usize], strides: &[usize]) -> String {
-    format!("start_indices = {}, limit_indices = {}, strides = {}", i64_array(starts), i64_array(limits), i64_array(strides))
+    format!(
+        "start_indices = {}, limit_indices = {}, strides = {}",
+        i64_array(starts),
+        i64_array(limits),
+        i64_array(strides)
+    )
 }
 
 /// Zeros around every dim: `low` before, `high` after and `interior` between elements.
@@ -240,7 +257,8 @@ impl OpDef for Concat {
         shape[dim] = 0;
         for x in inputs {
             same_dtype(name, first, x)?;
-            let differs = x.rank() != first.rank() || (0..x.rank()).any(|d| d != dim && x.shape[d] != first.shape[d]);
+            let differs =
+                x.rank() != first.rank() || (0..x.rank()).any(|d| d != dim && x.shape[d] != first.shape[d]);
             if differs {
                 let (a, b) = (first.shape.as_slice(), x.shape.as_slice());
                 return Err(Error::shape(name, format!("shapes {a:?} and {b:?} differ outside dim {dim}")));
@@ -269,7 +287,10 @@ impl OpDef for Concat {
 fn infer_shape(shape: &[isize], numel: usize) -> Result<Shape> {
     let unknown: Vec<usize> = shape.iter().enumerate().filter(|(_, &d)| d == -1).map(|(i, _)| i).collect();
     if unknown.len() > 1 || shape.iter().any(|&d| d < -1) {
-        return Err(Error::shape("reshape", format!("bad shape {shape:?} (one dim may be -1, none other negative)")));
+        return Err(Error::shape(
+            "reshape",
+            format!("bad shape {shape:?} (one dim may be -1, none other negative)"),
+        ));
     }
     let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
     let mut out: Shape = shape.iter().map(|&d| d.max(0) as usize).collect();
@@ -310,9 +331,13 @@ pub(crate) trait MovementOps: Operand {
         let d = self.dim("squeeze", dim)?;
         let shape = self.shape_of();
         if shape[d] != 1 {
-            return Err(Error::shape("squeeze", format!("dim {d} of {shape:?} has size {}, not 1", shape[d])));
+            return Err(Error::shape(
+                "squeeze",
+                format!("dim {d} of {shape:?} has size {}, not 1", shape[d]),
+            ));
         }
-        let s: Vec<isize> = shape.iter().enumerate().filter(|(i, _)| *i != d).map(|(_, &x)| x as isize).collect();
+        let s: Vec<isize> =
+            shape.iter().enumerate().filter(|(i, _)| *i != d).map(|(_, &x)| x as isize).collect();
         self.reshape(&s)
     }
 
@@ -351,7 +376,8 @@ pub(crate) trait MovementOps: Operand {
         let d = self.dim("slice", dim)?;
         let rank = self.rank_of();
         let starts: Dims = (0..rank).map(|i| if i == d { start } else { 0 }).collect();
-        let limits: Dims = self.shape_of().iter().enumerate().map(|(i, &s)| if i == d { end } else { s }).collect();
+        let limits: Dims =
+            self.shape_of().iter().enumerate().map(|(i, &s)| if i == d { end } else { s }).collect();
         let strides: Dims = (0..rank).map(|i| if i == d { step } else { 1 }).collect();
         Self::apply(Op::Slice(Slice { starts, limits, strides }), &[self], None)
     }
@@ -386,15 +412,25 @@ mod tests {
 
     #[test]
     fn a_strided_slice_rounds_its_length_up() {
-        let op = Slice { starts: [1].as_slice().into(), limits: [6].as_slice().into(), strides: [2].as_slice().into() };
+        let op = Slice {
+            starts: [1].as_slice().into(),
+            limits: [6].as_slice().into(),
+            strides: [2].as_slice().into(),
+        };
         let m = module(op, &[f32s(&[6])]);
-        assert!(m.contains("start_indices = array<i64: 1>, limit_indices = array<i64: 6>, strides = array<i64: 2>"), "{m}");
+        assert!(
+            m.contains(
+                "start_indices = array<i64: 1>, limit_indices = array<i64: 6>, strides = array<i64: 2>"
+            ),
+            "{m}"
+        );
         assert!(m.contains("-> tensor<3xf32>"), "{m}");
     }
 
     #[test]
     fn pad_fills_with_zero() {
-        let op = Pad { low: [1].as_slice().into(), high: [2].as_slice().into(), interior: [1].as_slice().into() };
+        let op =
+            Pad { low: [1].as_slice().into(), high: [2].as_slice().into(), interior: [1].as_slice().into() };
         let m = module(op, &[f32s(&[3])]);
         assert!(m.contains("interior_padding = array<i64: 1>") && m.contains("-> tensor<8xf32>"), "{m}");
     }

@@ -162,20 +162,29 @@ mod tests {
 
     #[test]
     fn uniform_numbers_come_from_threefry_bits() {
-        let m = module(Random { dist: Dist::Uniform, shape: [3].as_slice().into(), dtype: DType::F32 }, &[state()]);
+        let m = module(
+            Random { dist: Dist::Uniform, shape: [3].as_slice().into(), dtype: DType::F32 },
+            &[state()],
+        );
         assert!(m.contains("rng_algorithm THREE_FRY") && m.contains("\"stablehlo.bitcast_convert\""), "{m}");
         assert!(m.contains("-> tensor<3xf32>"), "{m}");
     }
 
     #[test]
     fn half_uniforms_are_floored_onto_their_grid() {
-        let m = module(Random { dist: Dist::Uniform, shape: [3].as_slice().into(), dtype: DType::F16 }, &[state()]);
+        let m = module(
+            Random { dist: Dist::Uniform, shape: [3].as_slice().into(), dtype: DType::F16 },
+            &[state()],
+        );
         assert!(m.contains("\"stablehlo.floor\"") && m.contains("-> tensor<3xf16>"), "{m}");
     }
 
     #[test]
     fn normals_use_box_muller() {
-        let m = module(Random { dist: Dist::Normal, shape: [3].as_slice().into(), dtype: DType::F32 }, &[state()]);
+        let m = module(
+            Random { dist: Dist::Normal, shape: [3].as_slice().into(), dtype: DType::F32 },
+            &[state()],
+        );
         assert!(m.contains("\"stablehlo.cosine\"") && m.contains("\"stablehlo.log\""), "{m}");
     }
 }

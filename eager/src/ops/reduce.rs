@@ -53,7 +53,10 @@ impl OpDef for Reduce {
         check_arity(name, inputs, 1)?;
         let x = &inputs[0];
         if dims.is_empty() || dims.windows(2).any(|w| w[0] >= w[1]) || dims.iter().any(|&d| d >= x.rank()) {
-            return Err(Error::invalid(name, format!("bad dims {:?} for a rank-{} tensor", dims.as_slice(), x.rank())));
+            return Err(Error::invalid(
+                name,
+                format!("bad dims {:?} for a rank-{} tensor", dims.as_slice(), x.rank()),
+            ));
         }
         let dtype = match self.kind {
             ReduceKind::Mean => {
@@ -106,7 +109,12 @@ impl OpDef for Reduce {
                 // the count (inf in f16 past 65504) overflows.
                 let narrow = accumulator(out.dtype) != out.dtype;
                 let v = if narrow {
-                    e.op("stablehlo.convert", &[&x[0]], "", &Spec { shape: x[0].spec.shape.clone(), dtype: DType::F32 })
+                    e.op(
+                        "stablehlo.convert",
+                        &[&x[0]],
+                        "",
+                        &Spec { shape: x[0].spec.shape.clone(), dtype: DType::F32 },
+                    )
                 } else {
                     x[0].clone()
                 };
@@ -350,7 +358,10 @@ mod tests {
     #[test]
     fn half_sums_accumulate_in_f32() {
         let m = module(reduce(ReduceKind::Sum, &[0], false), &[Spec::new(&[8], DType::F16)]);
-        assert!(m.contains("(tensor<8xf16>) -> tensor<8xf32>") && m.contains("(tensor<f32>) -> tensor<f16>"), "{m}");
+        assert!(
+            m.contains("(tensor<8xf16>) -> tensor<8xf32>") && m.contains("(tensor<f32>) -> tensor<f16>"),
+            "{m}"
+        );
     }
 
     #[test]

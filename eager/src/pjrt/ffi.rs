@@ -13,9 +13,18 @@ macro_rules! opaque {
     ($($name:ident),*) => { $( #[repr(C)] pub struct $name { _private: [u8; 0] } )* };
 }
 opaque!(
-    PJRT_Error, PJRT_Event, PJRT_Client, PJRT_Device, PJRT_Memory, PJRT_DeviceDescription,
-    PJRT_Executable, PJRT_LoadedExecutable, PJRT_Buffer, PJRT_SerializedExecutable,
-    PJRT_ExecuteContext, PJRT_Extension_Base
+    PJRT_Error,
+    PJRT_Event,
+    PJRT_Client,
+    PJRT_Device,
+    PJRT_Memory,
+    PJRT_DeviceDescription,
+    PJRT_Executable,
+    PJRT_LoadedExecutable,
+    PJRT_Buffer,
+    PJRT_SerializedExecutable,
+    PJRT_ExecuteContext,
+    PJRT_Extension_Base
 );
 
 /// Declares a `#[repr(C)]` struct that mirrors the header field for field and, for the layout
@@ -369,25 +378,48 @@ pub(crate) mod layout {
             ($($t:ty),* $(,)?) => { vec![$((<$t as Fields>::NAME, <$t as Fields>::fields(), std::mem::size_of::<$t>())),*] };
         }
         list![
-            PJRT_NamedValue, PJRT_Api_Version, PJRT_Program, PJRT_Api,
-            PJRT_Error_Destroy_Args, PJRT_Error_Message_Args, PJRT_Error_GetCode_Args,
-            PJRT_Plugin_Initialize_Args, PJRT_Plugin_Attributes_Args,
-            PJRT_Event_Destroy_Args, PJRT_Event_IsReady_Args, PJRT_Event_Error_Args,
-            PJRT_Event_Await_Args, PJRT_Event_OnReady_Args,
-            PJRT_Client_Create_Args, PJRT_Client_Destroy_Args, PJRT_Client_PlatformName_Args,
-            PJRT_Client_PlatformVersion_Args, PJRT_Client_AddressableDevices_Args,
-            PJRT_Client_Compile_Args, PJRT_Client_BufferFromHostBuffer_Args,
-            PJRT_DeviceDescription_Id_Args, PJRT_DeviceDescription_Kind_Args,
-            PJRT_DeviceDescription_ToString_Args, PJRT_Device_GetDescription_Args,
+            PJRT_NamedValue,
+            PJRT_Api_Version,
+            PJRT_Program,
+            PJRT_Api,
+            PJRT_Error_Destroy_Args,
+            PJRT_Error_Message_Args,
+            PJRT_Error_GetCode_Args,
+            PJRT_Plugin_Initialize_Args,
+            PJRT_Plugin_Attributes_Args,
+            PJRT_Event_Destroy_Args,
+            PJRT_Event_IsReady_Args,
+            PJRT_Event_Error_Args,
+            PJRT_Event_Await_Args,
+            PJRT_Event_OnReady_Args,
+            PJRT_Client_Create_Args,
+            PJRT_Client_Destroy_Args,
+            PJRT_Client_PlatformName_Args,
+            PJRT_Client_PlatformVersion_Args,
+            PJRT_Client_AddressableDevices_Args,
+            PJRT_Client_Compile_Args,
+            PJRT_Client_BufferFromHostBuffer_Args,
+            PJRT_DeviceDescription_Id_Args,
+            PJRT_DeviceDescription_Kind_Args,
+            PJRT_DeviceDescription_ToString_Args,
+            PJRT_Device_GetDescription_Args,
             PJRT_Device_LocalHardwareId_Args,
-            PJRT_Executable_Destroy_Args, PJRT_LoadedExecutable_Destroy_Args,
-            PJRT_LoadedExecutable_GetExecutable_Args, PJRT_Executable_NumOutputs_Args,
-            PJRT_Executable_SizeOfGeneratedCodeInBytes_Args, PJRT_Executable_Serialize_Args,
-            PJRT_Executable_DeserializeAndLoad_Args, PJRT_ExecuteOptions,
+            PJRT_Executable_Destroy_Args,
+            PJRT_LoadedExecutable_Destroy_Args,
+            PJRT_LoadedExecutable_GetExecutable_Args,
+            PJRT_Executable_NumOutputs_Args,
+            PJRT_Executable_SizeOfGeneratedCodeInBytes_Args,
+            PJRT_Executable_Serialize_Args,
+            PJRT_Executable_DeserializeAndLoad_Args,
+            PJRT_ExecuteOptions,
             PJRT_LoadedExecutable_Execute_Args,
-            PJRT_Buffer_Destroy_Args, PJRT_Buffer_ElementType_Args, PJRT_Buffer_Dimensions_Args,
-            PJRT_Buffer_OnDeviceSizeInBytes_Args, PJRT_Buffer_Device_Args,
-            PJRT_Buffer_CopyToDevice_Args, PJRT_Buffer_ToHostBuffer_Args,
+            PJRT_Buffer_Destroy_Args,
+            PJRT_Buffer_ElementType_Args,
+            PJRT_Buffer_Dimensions_Args,
+            PJRT_Buffer_OnDeviceSizeInBytes_Args,
+            PJRT_Buffer_Device_Args,
+            PJRT_Buffer_CopyToDevice_Args,
+            PJRT_Buffer_ToHostBuffer_Args,
             PJRT_Buffer_ReadyEvent_Args,
         ]
     }
@@ -522,7 +554,8 @@ pub(crate) mod layout {
                 return (decl[p + 2..].split(')').next().unwrap().trim().to_string(), 8, 8);
             }
             assert!(!decl.contains('['), "arrays are not handled: {decl}");
-            let words: Vec<&str> = decl.split(|c: char| c.is_whitespace() || c == '*').filter(|w| !w.is_empty()).collect();
+            let words: Vec<&str> =
+                decl.split(|c: char| c.is_whitespace() || c == '*').filter(|w| !w.is_empty()).collect();
             let (name, ty) = words.split_last().expect("a declaration");
             if decl.contains('*') {
                 return (name.to_string(), 8, 8);
@@ -606,7 +639,9 @@ pub(crate) mod layout {
                     "{name}: {name}_STRUCT_SIZE is {header_struct_size}, Rust's {last} ends at {}",
                     f.offset + f.size
                 )),
-                None => errors.push(format!("{name}: no Rust field {last} ({name}_STRUCT_SIZE = {header_struct_size})")),
+                None => errors.push(format!(
+                    "{name}: no Rust field {last} ({name}_STRUCT_SIZE = {header_struct_size})"
+                )),
             }
             // `new()` sends size_of as struct_size: it must be the header's size, padded.
             if rust_size != c_size || rust_size < header_struct_size {
@@ -644,7 +679,9 @@ pub(crate) mod layout {
         for line in source().lines().map(str::trim) {
             if let Some(rest) = line.strip_prefix("pub struct ") {
                 if !rest.starts_with('$') {
-                    errors.push(format!("`{line}`: declare it with c_struct! so the layout test sees its fields"));
+                    errors.push(format!(
+                        "`{line}`: declare it with c_struct! so the layout test sees its fields"
+                    ));
                 }
             }
         }
@@ -674,7 +711,9 @@ pub(crate) mod layout {
         assert!(!check(&h, "PJRT_No_Such_Args", &[], 16).is_empty());
         let mut fields = PJRT_Event_OnReady_Args::fields();
         fields.pop();
-        assert!(check(&h, "PJRT_Event_OnReady_Args", &fields, 32).iter().any(|e| e.contains("no Rust field user_arg")));
+        assert!(check(&h, "PJRT_Event_OnReady_Args", &fields, 32)
+            .iter()
+            .any(|e| e.contains("no Rust field user_arg")));
     }
 
     #[test]
@@ -682,7 +721,8 @@ pub(crate) mod layout {
         let text = collapse_ws(&strip_comments(HEADER));
         let end = text.find("} PJRT_Buffer_Type;").expect("the buffer type enum");
         let open = text[..end].rfind("typedef enum {").unwrap() + "typedef enum ".len();
-        let names: Vec<&str> = braced(&text, open).split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+        let names: Vec<&str> =
+            braced(&text, open).split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
         assert!(names.iter().all(|n| !n.contains('=')), "the enum is numbered in order");
         for (value, name) in names.iter().enumerate() {
             let t = name.strip_prefix("PJRT_Buffer_Type_").unwrap();

@@ -27,9 +27,22 @@ pub struct PjrtError {
 /// Name of a `PJRT_Error_Code`.
 pub fn code_name(code: i32) -> &'static str {
     const NAMES: [&str; 17] = [
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
         "UNAUTHENTICATED",
     ];
     NAMES.get(code as usize).copied().unwrap_or("UNKNOWN_CODE")
@@ -281,11 +294,17 @@ impl Client {
             .enumerate()
             .map(|(i, (n, v))| {
                 let (type_, value, value_size) = match v {
-                    OptionValue::Int(x) => (ffi::NAMED_VALUE_INT64, ffi::NamedValueUnion { int64_value: *x }, 1),
-                    OptionValue::Bool(b) => (ffi::NAMED_VALUE_BOOL, ffi::NamedValueUnion { bool_value: *b }, 1),
-                    OptionValue::Str(s) => {
-                        (ffi::NAMED_VALUE_STRING, ffi::NamedValueUnion { string_value: strs[i].as_ptr() }, s.len())
+                    OptionValue::Int(x) => {
+                        (ffi::NAMED_VALUE_INT64, ffi::NamedValueUnion { int64_value: *x }, 1)
                     }
+                    OptionValue::Bool(b) => {
+                        (ffi::NAMED_VALUE_BOOL, ffi::NamedValueUnion { bool_value: *b }, 1)
+                    }
+                    OptionValue::Str(s) => (
+                        ffi::NAMED_VALUE_STRING,
+                        ffi::NamedValueUnion { string_value: strs[i].as_ptr() },
+                        s.len(),
+                    ),
                 };
                 ffi::PJRT_NamedValue {
                     struct_size: std::mem::size_of::<ffi::PJRT_NamedValue>(),
@@ -374,7 +393,10 @@ impl Client {
         if self.owns(device) {
             return Ok(());
         }
-        Err(invalid_argument(function, format!("device {} ({}) is not a device of this client", device.id, device.kind)))
+        Err(invalid_argument(
+            function,
+            format!("device {} ({}) is not a device of this client", device.id, device.kind),
+        ))
     }
 
     /// Compiles a program (`format` "mlir": StableHLO text or bytecode) with serialized
@@ -421,11 +443,11 @@ impl Client {
     ) -> Result<Buffer> {
         const F: &str = "PJRT_Client_BufferFromHostBuffer";
         self.check_device(device, F)?;
-        let expected = ffi::element_bytes(ty).and_then(|size| {
-            dims.iter().try_fold(size, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
-        });
+        let expected = ffi::element_bytes(ty)
+            .and_then(|size| dims.iter().try_fold(size, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?)));
         if expected != Some(data.len()) {
-            let message = format!("{} bytes of host data for buffer type {ty} with dims {dims:?}", data.len());
+            let message =
+                format!("{} bytes of host data for buffer type {ty} with dims {dims:?}", data.len());
             return Err(invalid_argument(F, message));
         }
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
@@ -485,7 +507,10 @@ impl Event<'_> {
             api: Arc<Api>,
             f: F,
         }
-        unsafe extern "C" fn fire<F: FnOnce(Result<()>)>(error: *mut ffi::PJRT_Error, user_arg: *mut std::ffi::c_void) {
+        unsafe extern "C" fn fire<F: FnOnce(Result<()>)>(
+            error: *mut ffi::PJRT_Error,
+            user_arg: *mut std::ffi::c_void,
+        ) {
             // SAFETY: `user_arg` is the Box leaked below, handed to exactly one call.
             let pending = unsafe { Box::from_raw(user_arg as *mut Pending<F>) };
             // SAFETY: the callback owns `error` (null on success), from `pending.api`'s plugin.
@@ -575,7 +600,8 @@ impl Buffer {
             return self.wait_ready();
         }
         if let Some(size) = ffi::element_bytes(self.element_type()?) {
-            let needed = self.dims()?.iter().try_fold(size, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+            let needed =
+                self.dims()?.iter().try_fold(size, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
             if needed.is_none_or(|n| dst.len() < n) {
                 let message = format!("{} bytes of host memory for a buffer of {needed:?} bytes", dst.len());
                 return Err(invalid_argument("PJRT_Buffer_ToHostBuffer", message));
@@ -670,7 +696,8 @@ impl Executable {
             args.executable = e;
             call!(api, PJRT_Executable_Serialize, &mut args)?;
             // SAFETY: bytes owned by `serialized_executable` until its deleter runs.
-            let bytes = unsafe { slice_from(args.serialized_bytes as *const u8, args.serialized_bytes_size) }.to_vec();
+            let bytes = unsafe { slice_from(args.serialized_bytes as *const u8, args.serialized_bytes_size) }
+                .to_vec();
             if let Some(del) = args.serialized_executable_deleter {
                 // SAFETY: called once, after the last read of the bytes.
                 unsafe { del(args.serialized_executable) };
@@ -701,7 +728,8 @@ impl Executable {
             raw_args.push(b.raw);
         }
         let mut opts = ffi::PJRT_ExecuteOptions::new();
-        let mut raw_out: SmallVec<[*mut ffi::PJRT_Buffer; 2]> = smallvec::smallvec![ptr::null_mut(); self.num_outputs];
+        let mut raw_out: SmallVec<[*mut ffi::PJRT_Buffer; 2]> =
+            smallvec::smallvec![ptr::null_mut(); self.num_outputs];
         let arg_list: *const *mut ffi::PJRT_Buffer = raw_args.as_ptr();
         let out_list: *mut *mut ffi::PJRT_Buffer = raw_out.as_mut_ptr();
         let mut done: *mut ffi::PJRT_Event = ptr::null_mut();

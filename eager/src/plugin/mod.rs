@@ -138,7 +138,9 @@ pub fn locate(kind: DeviceKind, explicit: Option<&Path>) -> Result<PathBuf> {
     let given = explicit
         .map(|p| (p.to_path_buf(), "the explicit path".to_string()))
         .or_else(|| std::env::var_os(&specific).map(|p| (PathBuf::from(p), specific.clone())))
-        .or_else(|| std::env::var_os("EAGER_PJRT_PLUGIN").map(|p| (PathBuf::from(p), "EAGER_PJRT_PLUGIN".to_string())));
+        .or_else(|| {
+            std::env::var_os("EAGER_PJRT_PLUGIN").map(|p| (PathBuf::from(p), "EAGER_PJRT_PLUGIN".to_string()))
+        });
     if let Some((path, source_name)) = given {
         if !path.is_file() {
             return Err(PluginError::MissingPath { kind, path, source_name });
@@ -192,7 +194,15 @@ pub fn fetch(kind: DeviceKind) -> Result<()> {
     eprintln!("eager: fetching the PJRT {kind} plugin ({spec} from PyPI) into {} …", dir.display());
     let tmp = tempdir_in(dir).map_err(|e| err(format!("temp dir: {e}")))?;
     let status = Command::new(python())
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-d",
+        ])
         .arg(&tmp.0)
         .arg(&spec)
         .stdout(Stdio::inherit())
@@ -208,7 +218,8 @@ pub fn fetch(kind: DeviceKind) -> Result<()> {
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .ok_or_else(|| err("pip downloaded no wheel".into()))?;
     let part = tmp.0.join("plugin.so.part");
-    unpack(&wheel, t.file_in_package, &part).map_err(|e| err(format!("unpacking {}: {e}", wheel.display())))?;
+    unpack(&wheel, t.file_in_package, &part)
+        .map_err(|e| err(format!("unpacking {}: {e}", wheel.display())))?;
     fs::rename(&part, &dest).map_err(|e| err(format!("moving into {}: {e}", dest.display())))?;
     eprintln!("eager: {kind} plugin ready at {}", dest.display());
     Ok(())
@@ -242,7 +253,11 @@ fn unpack(wheel: &Path, member: &str, out: &Path) -> io::Result<()> {
 struct TempDir(PathBuf);
 
 fn tempdir_in(dir: &Path) -> io::Result<TempDir> {
-    let p = dir.join(format!(".fetch-{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())));
+    let p = dir.join(format!(
+        ".fetch-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    ));
     fs::create_dir_all(&p)?;
     Ok(TempDir(p))
 }

@@ -21,7 +21,10 @@ impl Tensor {
     pub fn from_slice_on<T: Element>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if n != data.len() {
-            return Err(Error::shape("from_slice", format!("{} values do not fill shape {shape:?} ({n} elements)", data.len())));
+            return Err(Error::shape(
+                "from_slice",
+                format!("{} values do not fill shape {shape:?} ({n} elements)", data.len()),
+            ));
         }
         let t = super::dispatch::upload(as_bytes(data), Spec::new(shape, T::DTYPE), device)?;
         Ok(t.with_host_bounds(int_bounds(as_bytes(data), T::DTYPE)))

@@ -31,7 +31,11 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
 }
 
 /// [`dispatch`] for ops with any number of outputs (a compiled function's call).
-pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<SmallVec<[Tensor; 1]>> {
+pub(crate) fn dispatch_all(
+    op: Op,
+    inputs: &[&Tensor],
+    device: Option<Device>,
+) -> Result<SmallVec<[Tensor; 1]>> {
     let start = Instant::now();
     runtime::check_interrupt(op.name())?;
     let (rt, device) = match inputs.first() {
@@ -44,18 +48,25 @@ pub(crate) fn dispatch_all(op: Op, inputs: &[&Tensor], device: Option<Device>) -
     if let Some(other) = inputs.iter().find(|t| t.device() != device) {
         return Err(Error::invalid(
             op.name(),
-            format!("expected all tensors on one device, got {device} and {}; move one with .to(..)", other.device()),
+            format!(
+                "expected all tensors on one device, got {device} and {}; move one with .to(..)",
+                other.device()
+            ),
         ));
     }
-    let args: SmallVec<[Arg; 4]> =
-        inputs.iter().map(|t| Ok(Arg { buffer: t.buffer()?, completion: t.completion() })).collect::<Result<_>>()?;
+    let args: SmallVec<[Arg; 4]> = inputs
+        .iter()
+        .map(|t| Ok(Arg { buffer: t.buffer()?, completion: t.completion() }))
+        .collect::<Result<_>>()?;
     let key = OpKey::new(op, inputs.iter().map(|t| t.spec()), device);
     let launched = runtime::execute(&rt, device, key, &args, start)?;
     let (info, completion) = (launched.info, launched.completion);
     Ok(launched
         .outputs
         .into_iter()
-        .map(|(buffer, spec)| Tensor::from_parts(buffer, spec, device, rt.clone(), Some(info.clone()), completion.clone()))
+        .map(|(buffer, spec)| {
+            Tensor::from_parts(buffer, spec, device, rt.clone(), Some(info.clone()), completion.clone())
+        })
         .collect())
 }
 

@@ -19,13 +19,27 @@ impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let values = match self.to_f64_vec() {
             Ok(v) => v,
-            Err(e) => return write!(f, "tensor(<unreadable: {e}>, shape={:?}, dtype={}, device={})", self.shape(), self.dtype(), self.device()),
+            Err(e) => {
+                return write!(
+                    f,
+                    "tensor(<unreadable: {e}>, shape={:?}, dtype={}, device={})",
+                    self.shape(),
+                    self.dtype(),
+                    self.device()
+                )
+            }
         };
         let summarise = values.len() > SUMMARY_THRESHOLD;
         let fmt_one = element_formatter(&values, self.dtype());
         let mut body = String::new();
         write_nested(&mut body, &values, self.shape(), 0, summarise, &fmt_one, 7);
-        write!(f, "tensor({body}, shape={:?}, dtype={}, device={})", self.shape(), self.dtype(), self.device())
+        write!(
+            f,
+            "tensor({body}, shape={:?}, dtype={}, device={})",
+            self.shape(),
+            self.dtype(),
+            self.device()
+        )
     }
 }
 
@@ -43,11 +57,7 @@ fn element_formatter(values: &[f64], dtype: DType) -> impl Fn(f64) -> String {
     let max = finite.iter().copied().fold(0.0, f64::max);
     let min_nonzero = finite.iter().copied().filter(|&v| v > 0.0).fold(f64::INFINITY, f64::min);
     let sci = dtype.is_float() && (max >= 1e8 || (min_nonzero < 1e-4 && min_nonzero.is_finite()));
-    let width = values
-        .iter()
-        .map(|&v| format_value(v, dtype, sci).len())
-        .max()
-        .unwrap_or(0);
+    let width = values.iter().map(|&v| format_value(v, dtype, sci).len()).max().unwrap_or(0);
     move |v| format!("{:>width$}", format_value(v, dtype, sci))
 }
 
@@ -70,7 +80,15 @@ fn format_value(v: f64, dtype: DType, sci: bool) -> String {
 }
 
 /// Writes `[…]` nesting for `shape`, eliding the middle of long dims when summarising.
-fn write_nested(out: &mut String, values: &[f64], shape: &[usize], offset: usize, summarise: bool, fmt_one: &dyn Fn(f64) -> String, indent: usize) {
+fn write_nested(
+    out: &mut String,
+    values: &[f64],
+    shape: &[usize],
+    offset: usize,
+    summarise: bool,
+    fmt_one: &dyn Fn(f64) -> String,
+    indent: usize,
+) {
     if shape.is_empty() {
         out.push_str(&fmt_one(values[offset]));
         return;
@@ -94,7 +112,9 @@ fn write_nested(out: &mut String, values: &[f64], shape: &[usize], offset: usize
             }
         }
         match item {
-            Some(i) => write_nested(out, values, &shape[1..], offset + i * stride, summarise, fmt_one, indent + 1),
+            Some(i) => {
+                write_nested(out, values, &shape[1..], offset + i * stride, summarise, fmt_one, indent + 1)
+            }
             None => out.push_str("..."),
         }
     }

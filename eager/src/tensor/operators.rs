@@ -19,42 +19,58 @@ macro_rules! operator {
         impl std::ops::$trait<&Tensor> for &Tensor {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: &Tensor) -> Tensor { or_panic(Tensor::$method(&self, &rhs)) }
+            fn $f(self, rhs: &Tensor) -> Tensor {
+                or_panic(Tensor::$method(&self, &rhs))
+            }
         }
         impl std::ops::$trait<Tensor> for Tensor {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: Tensor) -> Tensor { or_panic(Tensor::$method(&self, &rhs)) }
+            fn $f(self, rhs: Tensor) -> Tensor {
+                or_panic(Tensor::$method(&self, &rhs))
+            }
         }
         impl std::ops::$trait<&Tensor> for Tensor {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: &Tensor) -> Tensor { or_panic(Tensor::$method(&self, &rhs)) }
+            fn $f(self, rhs: &Tensor) -> Tensor {
+                or_panic(Tensor::$method(&self, &rhs))
+            }
         }
         impl std::ops::$trait<Tensor> for &Tensor {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: Tensor) -> Tensor { or_panic(Tensor::$method(&self, &rhs)) }
+            fn $f(self, rhs: Tensor) -> Tensor {
+                or_panic(Tensor::$method(&self, &rhs))
+            }
         }
         impl std::ops::$trait<f64> for &Tensor {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: f64) -> Tensor { or_panic(Tensor::$scalar(&self, rhs)) }
+            fn $f(self, rhs: f64) -> Tensor {
+                or_panic(Tensor::$scalar(&self, rhs))
+            }
         }
         impl std::ops::$trait<f64> for Tensor {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: f64) -> Tensor { or_panic(Tensor::$scalar(&self, rhs)) }
+            fn $f(self, rhs: f64) -> Tensor {
+                or_panic(Tensor::$scalar(&self, rhs))
+            }
         }
         impl std::ops::$trait<&Tensor> for f64 {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: &Tensor) -> Tensor { or_panic(rhs.scalar_like(self).and_then(|s| Tensor::$method(&s, &rhs))) }
+            fn $f(self, rhs: &Tensor) -> Tensor {
+                or_panic(rhs.scalar_like(self).and_then(|s| Tensor::$method(&s, &rhs)))
+            }
         }
         impl std::ops::$trait<Tensor> for f64 {
             type Output = Tensor;
             #[track_caller]
-            fn $f(self, rhs: Tensor) -> Tensor { or_panic(rhs.scalar_like(self).and_then(|s| Tensor::$method(&s, &rhs))) }
+            fn $f(self, rhs: Tensor) -> Tensor {
+                or_panic(rhs.scalar_like(self).and_then(|s| Tensor::$method(&s, &rhs)))
+            }
         }
     };
 }

@@ -21,7 +21,12 @@ impl Tensor {
         if T::DTYPE != self.dtype() {
             return Err(Error::dtype(
                 "to_vec",
-                format!("asked for {} values of a {} tensor; convert with .to_dtype(DType::{:?}) first", T::DTYPE, self.dtype(), T::DTYPE),
+                format!(
+                    "asked for {} values of a {} tensor; convert with .to_dtype(DType::{:?}) first",
+                    T::DTYPE,
+                    self.dtype(),
+                    T::DTYPE
+                ),
             ));
         }
         let bytes = super::dispatch::download(self)?;
@@ -37,7 +42,10 @@ impl Tensor {
     /// The single value of a one-element tensor.
     pub fn item<T: Element>(&self) -> Result<T> {
         if self.numel() != 1 {
-            return Err(Error::shape("item", format!("needs a one-element tensor, got shape {:?}", self.shape())));
+            return Err(Error::shape(
+                "item",
+                format!("needs a one-element tensor, got shape {:?}", self.shape()),
+            ));
         }
         Ok(self.to_vec::<T>()?[0])
     }

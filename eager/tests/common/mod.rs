@@ -19,11 +19,27 @@ pub fn serial() -> MutexGuard<'static, ()> {
 pub const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
 /// Ints and floats: what arithmetic takes.
 pub const NUMERIC: &[DType] = &[
-    DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::U32, DType::U64,
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U32,
+    DType::U64,
 ];
 /// Every dtype: what movement ops, `where`, `eq` and `ne` take.
 pub const ALL: &[DType] = &[
-    DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::U32, DType::U64,
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U32,
+    DType::U64,
     DType::Bool,
 ];
 

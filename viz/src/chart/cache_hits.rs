@@ -15,8 +15,11 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
         "{hits} hits, {misses} misses (compiled), {disk_hits} loaded from disk over {dispatches} op dispatches · hit rate {:.1}%",
         100.0 * p.hit_rate()
     );
-    let legend =
-        [("hits (execute only)", HIT), ("disk loads (load + execute)", DISK_HIT), ("misses (compile + execute)", MISS)];
+    let legend = [
+        ("hits (execute only)", HIT),
+        ("disk loads (load + execute)", DISK_HIT),
+        ("misses (compile + execute)", MISS),
+    ];
     let body = look.header(root, "Compile cache hits, disk loads and misses", &subtitle, &legend)?;
     if dispatches == 0 {
         return look.nothing(&body, "no op dispatches recorded");

@@ -177,7 +177,8 @@ impl Comparison {
                 if p.wall_ns() <= window {
                     return p.start_ns();
                 }
-                let warm = p.events().iter().filter(|e| e.compile_ns > 0).map(|e| e.start_ns + e.compile_ns).max();
+                let warm =
+                    p.events().iter().filter(|e| e.compile_ns > 0).map(|e| e.start_ns + e.compile_ns).max();
                 let warm = warm.unwrap_or(p.start_ns()).min(p.end_ns() - window);
                 let from = warm + (p.end_ns() - warm - window) / 2;
                 let events = p.events();
@@ -190,7 +191,9 @@ impl Comparison {
     /// Rows of the comparison table: a label, then one cell per run.
     fn grid(&self) -> Vec<(String, Vec<String>)> {
         let s = self.summaries();
-        let row = |label: &str, cell: &dyn Fn(&RunSummary) -> String| (label.to_string(), s.iter().map(cell).collect());
+        let row = |label: &str, cell: &dyn Fn(&RunSummary) -> String| {
+            (label.to_string(), s.iter().map(cell).collect())
+        };
         let mut rows = vec![row("op dispatches", &|r| r.op_dispatches.to_string())];
         if self.steps.is_some() {
             rows.push(row("  per step", &|r| r.dispatches_per_step().map_or("-".into(), value)));
@@ -209,7 +212,9 @@ impl Comparison {
         rows.push(row("host (the rest)", &|r| duration(r.host_ns())));
         rows.push(row("wall", &|r| duration(r.wall_ns)));
         if self.steps.is_some() {
-            rows.push(row("  per step, warm", &|r| r.steady_step_ns().map_or("-".into(), |ns| duration(ns as u64))));
+            rows.push(row("  per step, warm", &|r| {
+                r.steady_step_ns().map_or("-".into(), |ns| duration(ns as u64))
+            }));
         }
         rows.push(row("dispatches / s", &|r| value(r.dispatches_per_second().round())));
         rows
@@ -264,7 +269,11 @@ impl Comparison {
         let label_w = grid.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0);
         let col_w: Vec<usize> = (0..names.len())
             .map(|i| {
-                grid.iter().map(|(_, c)| c[i].chars().count()).chain([names[i].chars().count()]).max().unwrap_or(0)
+                grid.iter()
+                    .map(|(_, c)| c[i].chars().count())
+                    .chain([names[i].chars().count()])
+                    .max()
+                    .unwrap_or(0)
             })
             .collect();
         let mut out = String::new();
@@ -311,7 +320,9 @@ impl Comparison {
                 let _ = write!(out, "<div>{}</div>", escape(&e.to_string()));
             }
         }
-        out.push_str("\n<table style=\"border-collapse:collapse;font-family:monospace;font-size:13px\">\n<thead><tr>");
+        out.push_str(
+            "\n<table style=\"border-collapse:collapse;font-family:monospace;font-size:13px\">\n<thead><tr>",
+        );
         let _ = write!(out, "<th style=\"{CELL}\"></th>");
         for (name, _) in &self.runs {
             let _ = write!(out, "<th style=\"{CELL};text-align:right\">{}</th>", escape(name));
@@ -320,7 +331,11 @@ impl Comparison {
         for (label, cells) in self.grid() {
             // Rows indented in the text (per step) are indented here too.
             let indent = if label.starts_with(' ') { ";padding-left:26px" } else { "" };
-            let _ = write!(out, "<tr><td style=\"{CELL};text-align:left{indent}\">{}</td>", escape(label.trim_start()));
+            let _ = write!(
+                out,
+                "<tr><td style=\"{CELL};text-align:left{indent}\">{}</td>",
+                escape(label.trim_start())
+            );
             for c in cells {
                 let _ = write!(out, "<td style=\"{CELL};text-align:right\">{}</td>", escape(&c));
             }
@@ -430,8 +445,15 @@ impl Drawing for Comparison {
         let whole = heading(&whole, look, "Whole runs, one time axis")?;
         let (per_unit, unit) = time_unit(longest);
         let x_max = (longest as f64 / per_unit).max(1e-3);
-        let mut chart =
-            row_chart(&whole, look, &names, x_max, &format!("time since the run's start ({unit})"), None, y_area)?;
+        let mut chart = row_chart(
+            &whole,
+            look,
+            &names,
+            x_max,
+            &format!("time since the run's start ({unit})"),
+            None,
+            y_area,
+        )?;
         for (i, (_, p)) in self.runs.iter().enumerate() {
             draw_slices(&mut chart, look, n, p.events().iter().map(|e| (e, i)), p.start_ns(), per_unit)?;
         }
@@ -447,10 +469,15 @@ impl Drawing for Comparison {
             Some(_) if self.zoom_ns.is_none() => "one warm step of the slowest run",
             _ => "the middle of each run after its compiles",
         };
-        let zoom = heading(&zoom, look, &format!("Zoom: the same {} ({what}; {})", duration(window), from.join(", ")))?;
+        let zoom = heading(
+            &zoom,
+            look,
+            &format!("Zoom: the same {} ({what}; {})", duration(window), from.join(", ")),
+        )?;
         let (per_unit, unit) = time_unit(window);
         let x_max = (window as f64 / per_unit).max(1e-3);
-        let mut chart = row_chart(&zoom, look, &names, x_max, &format!("time into the window ({unit})"), None, y_area)?;
+        let mut chart =
+            row_chart(&zoom, look, &names, x_max, &format!("time into the window ({unit})"), None, y_area)?;
         for (i, ((_, p), &start)) in self.runs.iter().zip(&starts).enumerate() {
             // Only the events that can reach into the window: the log is sorted by start.
             let events: &[Event] = p.events();
@@ -512,7 +539,8 @@ impl Comparison {
     ) -> DrawResult<(), DB> {
         let kinds = self.total_kinds();
         let n = summaries.len();
-        let max_total = summaries.iter().flat_map(|s| kinds.iter().map(move |k| (k.2)(s))).max().unwrap_or(0).max(1);
+        let max_total =
+            summaries.iter().flat_map(|s| kinds.iter().map(move |k| (k.2)(s))).max().unwrap_or(0).max(1);
         let (per_unit, unit) = time_unit(max_total);
         // Room right of each bar for its figure: a bar of `ns` ends at ns / x_max of the
         // plot width, and its label needs its own width after it.
@@ -521,7 +549,8 @@ impl Comparison {
         let mut x_max = max_total as f64 / per_unit;
         for s in summaries {
             for (what, _, of) in &kinds {
-                let label_w = area.estimate_text_size(&format!("{what} {}", duration(of(s))), &look.tick())?.0 as f64;
+                let label_w =
+                    area.estimate_text_size(&format!("{what} {}", duration(of(s))), &look.tick())?.0 as f64;
                 let room = (plot_w - label_w - 2.0 * gap).max(plot_w * 0.25);
                 x_max = x_max.max(of(s) as f64 / per_unit * plot_w / room);
             }
@@ -538,7 +567,11 @@ impl Comparison {
                 let end = (of(s) as f64 / per_unit).max(px);
                 bars.push(Rectangle::new([(0.0, y0), (end, y1)], color.filled()));
                 let style = look.tick().pos(Pos::new(HPos::Left, VPos::Center));
-                labels.push(Text::new(format!("{what} {}", duration(of(s))), (end + gap * px, (y0 + y1) / 2), style));
+                labels.push(Text::new(
+                    format!("{what} {}", duration(of(s))),
+                    (end + gap * px, (y0 + y1) / 2),
+                    style,
+                ));
             }
         }
         chart.draw_series(bars)?;
@@ -552,17 +585,24 @@ impl Comparison {
 fn caption(s: &RunSummary) -> [String; 2] {
     let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let per_step = s.dispatches_per_step().map_or(String::new(), |d| format!(" ({} per step)", value(d)));
-    let most = s.most_dispatched.as_ref().map_or(String::new(), |(op, n)| format!(" · most dispatched: {op} ×{n}"));
-    let transfers =
-        if s.transfers > 0 { format!(" · {}", plural(s.transfers, "transfer", "transfers")) } else { String::new() };
+    let most =
+        s.most_dispatched.as_ref().map_or(String::new(), |(op, n)| format!(" · most dispatched: {op} ×{n}"));
+    let transfers = if s.transfers > 0 {
+        format!(" · {}", plural(s.transfers, "transfer", "transfers"))
+    } else {
+        String::new()
+    };
     let counts = format!(
         "{}{per_step} · {}{most}{transfers}",
         plural(s.op_dispatches, "op dispatch", "op dispatches"),
         plural(s.executables, "distinct executable", "distinct executables")
     );
-    let load = if s.load_ns > 0 { format!(" · load from disk {}", duration(s.load_ns)) } else { String::new() };
-    let transfer = if s.transfer_ns > 0 { format!(" · transfer {}", duration(s.transfer_ns)) } else { String::new() };
-    let step = s.steady_step_ns().map_or(String::new(), |ns| format!(" ({} per warm step)", duration(ns as u64)));
+    let load =
+        if s.load_ns > 0 { format!(" · load from disk {}", duration(s.load_ns)) } else { String::new() };
+    let transfer =
+        if s.transfer_ns > 0 { format!(" · transfer {}", duration(s.transfer_ns)) } else { String::new() };
+    let step =
+        s.steady_step_ns().map_or(String::new(), |ns| format!(" ({} per warm step)", duration(ns as u64)));
     let times = format!(
         "compile {}{load} · device execute {}{transfer} · wall {}{step} · {} dispatches/s",
         duration(s.compile_ns),

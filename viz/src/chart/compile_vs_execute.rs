@@ -90,7 +90,11 @@ pub(super) fn kinds(p: &Profile) -> usize {
 
 pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {
     // Load time only when there were loads: the subtitle shrinks to fit, so every clause costs.
-    let load = if p.disk_hits() > 0 { format!(" · load from disk {}", duration(p.load_ns())) } else { String::new() };
+    let load = if p.disk_hits() > 0 {
+        format!(" · load from disk {}", duration(p.load_ns()))
+    } else {
+        String::new()
+    };
     let dispatch_ns = p.compile_ns() + p.load_ns() + p.execute_ns() + p.transfer_ns();
     let subtitle = format!(
         "compile {}{load} · execute {} · transfer {} · {:.0}% of dispatch time spent compiling",
@@ -99,7 +103,8 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
         duration(p.transfer_ns()),
         100.0 * p.compile_ns() as f64 / dispatch_ns.max(1) as f64
     );
-    let legend = [("compile", COMPILE), ("load from disk", LOAD), ("execute", EXECUTE), ("transfer", TRANSFER)];
+    let legend =
+        [("compile", COMPILE), ("load from disk", LOAD), ("execute", EXECUTE), ("transfer", TRANSFER)];
     let body = look.header(root, "Compile vs execute time per op", &subtitle, &legend)?;
     let mut kinds = kinds_of(p);
     if kinds.is_empty() {
@@ -146,8 +151,9 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
         .y_label_area_size(y_area)
         .build_cartesian_2d(0f64..x_max, (0..n as i32 * 100).with_key_points(centers))?;
     // Longest on top: row i is centred on y = (n - i) * 100 - 50.
-    let row_label =
-        |y: &i32| kinds.get(n - (*y as usize / 100).min(n - 1) - 1).map(|k| k.label.clone()).unwrap_or_default();
+    let row_label = |y: &i32| {
+        kinds.get(n - (*y as usize / 100).min(n - 1) - 1).map(|k| k.label.clone()).unwrap_or_default()
+    };
     look.mesh(
         chart
             .configure_mesh()

@@ -5,7 +5,9 @@
 use ab_glyph::{point, Font, FontRef, PxScale, ScaleFont};
 use plotters::prelude::*;
 use plotters_backend::text_anchor::{HPos, VPos};
-use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind, FontStyle};
+use plotters_backend::{
+    BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind, FontStyle,
+};
 
 pub(crate) struct Raster<'a> {
     inner: BitMapBackend<'a>,
@@ -13,7 +15,8 @@ pub(crate) struct Raster<'a> {
     bold: FontRef<'static>,
 }
 
-type Result<T> = std::result::Result<T, DrawingErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>>;
+type Result<T> =
+    std::result::Result<T, DrawingErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>>;
 
 impl<'a> Raster<'a> {
     pub(crate) fn new(rgb: &'a mut [u8], size: (u32, u32)) -> Raster<'a> {
@@ -44,13 +47,29 @@ impl DrawingBackend for Raster<'_> {
     fn draw_line<S: BackendStyle>(&mut self, from: BackendCoord, to: BackendCoord, style: &S) -> Result<()> {
         self.inner.draw_line(from, to, style)
     }
-    fn draw_rect<S: BackendStyle>(&mut self, ul: BackendCoord, br: BackendCoord, style: &S, fill: bool) -> Result<()> {
+    fn draw_rect<S: BackendStyle>(
+        &mut self,
+        ul: BackendCoord,
+        br: BackendCoord,
+        style: &S,
+        fill: bool,
+    ) -> Result<()> {
         self.inner.draw_rect(ul, br, style, fill)
     }
-    fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(&mut self, path: I, style: &S) -> Result<()> {
+    fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        path: I,
+        style: &S,
+    ) -> Result<()> {
         self.inner.draw_path(path, style)
     }
-    fn draw_circle<S: BackendStyle>(&mut self, center: BackendCoord, radius: u32, style: &S, fill: bool) -> Result<()> {
+    fn draw_circle<S: BackendStyle>(
+        &mut self,
+        center: BackendCoord,
+        radius: u32,
+        style: &S,
+        fill: bool,
+    ) -> Result<()> {
         self.inner.draw_circle(center, radius, style, fill)
     }
     fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
@@ -71,7 +90,8 @@ impl DrawingBackend for Raster<'_> {
         if color.alpha == 0.0 {
             return Ok(());
         }
-        let ((x0, y0), (x1, y1)) = style.layout_box(text).map_err(|e| DrawingErrorKind::FontError(Box::new(e)))?;
+        let ((x0, y0), (x1, y1)) =
+            style.layout_box(text).map_err(|e| DrawingErrorKind::FontError(Box::new(e)))?;
         let (width, height) = (x1 - x0, y1 - y0);
         let dx = match style.anchor().h_pos {
             HPos::Left => 0,
@@ -88,7 +108,8 @@ impl DrawingBackend for Raster<'_> {
         let scaled = font.as_scaled(scale);
         // Capitals and digits centred in the box: the baseline sits half a cap height
         // below the box's middle.
-        let cap = font.outline_glyph(font.glyph_id('H').with_scale(scale)).map_or(0.0, |g| -g.px_bounds().min.y);
+        let cap =
+            font.outline_glyph(font.glyph_id('H').with_scale(scale)).map_or(0.0, |g| -g.px_bounds().min.y);
         let baseline = (height as f32 + cap) / 2.0;
         let trans = style.transform();
         let mut pen = 0.0f32;

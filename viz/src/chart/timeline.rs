@@ -21,7 +21,8 @@ pub(super) const SLICE_LEGEND: [(&str, RGBColor); 4] =
 
 pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {
     // Load time only when there were loads: the subtitle shrinks to fit, so every clause costs.
-    let load = if p.disk_hits() > 0 { format!(", load from disk {}", duration(p.load_ns())) } else { String::new() };
+    let load =
+        if p.disk_hits() > 0 { format!(", load from disk {}", duration(p.load_ns())) } else { String::new() };
     let subtitle = format!(
         "{} dispatches in {} wall: compile {}{load}, execute {}, transfer {}",
         p.events().len(),
@@ -46,7 +47,8 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
 
 /// A chart of named rows (the first on top) on a time axis: rows are 100 units tall, row
 /// `i` of `n` centred on `(n - i) * 100 - 50`.
-pub(super) type RowChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, WithKeyPoints<RangedCoordi32>>>;
+pub(super) type RowChart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<RangedCoordf64, WithKeyPoints<RangedCoordi32>>>;
 
 /// Width of the widest row name in tick text.
 pub(super) fn row_label_width<DB: DrawingBackend>(
@@ -86,7 +88,11 @@ pub(super) fn row_chart<'a, DB: DrawingBackend>(
     let row_name = |y: &i32| rows.get(n - (*y as usize / 100).min(n - 1) - 1).cloned().unwrap_or_default();
     let format = tick_format(x_max, ticks);
     let mut mesh = chart.configure_mesh();
-    mesh.disable_y_mesh().x_labels(ticks).x_label_formatter(&format).y_label_formatter(&row_name).x_desc(x_desc);
+    mesh.disable_y_mesh()
+        .x_labels(ticks)
+        .x_label_formatter(&format)
+        .y_label_formatter(&row_name)
+        .x_desc(x_desc);
     if let Some(desc) = y_desc {
         mesh.y_desc(desc);
     }
@@ -121,7 +127,8 @@ pub(super) fn draw_slices<'e, DB: DrawingBackend>(
     // stays a track, not a wall.
     let half = ((lane_h * 0.34).min(look.px(44) as f64) / lane_h * 100.0).round() as i32;
     let area = chart.plotting_area();
-    let text_fits_height = area.estimate_text_size("op", &look.on_bar())?.1 as f64 <= lane_h * half as f64 / 50.0;
+    let text_fits_height =
+        area.estimate_text_size("op", &look.on_bar())?.1 as f64 <= lane_h * half as f64 / 50.0;
     // Signed: an event may start before the origin of a zoomed axis.
     let t = |ns: u64| (ns as f64 - origin_ns as f64) / per_unit;
     let mut bars = Vec::new();
