@@ -398,7 +398,7 @@ impl Session {
                 // The disk cache is files under the same settings as the child's: read here.
                 let mut text = format!("{stats}\n{}\n", eager::cache::disk_stats());
                 let mut by_cost = entries;
-                by_cost.sort_by(|a, b| b.stats.compile_ns.cmp(&a.stats.compile_ns));
+                by_cost.sort_by_key(|e| std::cmp::Reverse(e.stats.compile_ns));
                 for e in by_cost.iter().take(15) {
                     text.push_str(&format!(
                         "  {:<48} hits {:>7}  compiles {:>3}  disk loads {:>3}  compile/load {:>8.1} ms\n",

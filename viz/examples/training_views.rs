@@ -194,7 +194,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             .series_xy("eager", &eager_at)
             .series_xy("compiled", &compiled_at)
             .log_y();
-    let cmp = viz::compare(&[("eager", &eager), ("compiled", &compiled)]).steps(STEPS as usize);
+    let cmp = viz::compare(&[("eager", &eager), ("compiled", &compiled)]).steps(STEPS);
     println!("{}", cmp.text());
 
     by_step.write_png(out.join("loss_by_step.png"))?;

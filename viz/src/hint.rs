@@ -148,7 +148,7 @@ pub(crate) fn hints(events: &[Event], threshold: usize) -> Vec<Hint> {
     }
     let mut hints: Vec<Hint> =
         ops.into_iter().filter(|o| o.sigs.len() >= threshold).map(Compiles::hint).collect();
-    hints.sort_by(|a, b| b.compile_ns.cmp(&a.compile_ns));
+    hints.sort_by_key(|h| std::cmp::Reverse(h.compile_ns));
     hints
 }
 

@@ -151,7 +151,8 @@ struct Report {
 fn first_call_ops() -> Result<Vec<FirstCall>> {
     let m = Tensor::from_slice(&(0..37 * 53).map(|i| i as f32 / 100.0).collect::<Vec<_>>(), &[37, 53])?;
     let v = Tensor::from_slice(&[0.5f32; 53], &[53])?;
-    let cases: Vec<(&str, Box<dyn Fn() -> Result<Tensor>>)> = vec![
+    type Case<'a> = (&'a str, Box<dyn Fn() -> Result<Tensor> + 'a>);
+    let cases: Vec<Case> = vec![
         ("add (broadcast)", Box::new(|| m.add(&v))),
         ("exp", Box::new(|| m.exp())),
         ("matmul", Box::new(|| m.matmul(&m.t()?))),

@@ -355,9 +355,9 @@ impl Comparison {
 
     /// Bars of the totals panel: wall, compile, execute, and load and transfer when any
     /// run had them.
-    fn total_kinds(&self) -> Vec<(&'static str, RGBColor, fn(&RunSummary) -> u64)> {
+    fn total_kinds(&self) -> Vec<TotalKind> {
         let s = self.summaries();
-        let mut kinds: Vec<(&'static str, RGBColor, fn(&RunSummary) -> u64)> =
+        let mut kinds: Vec<TotalKind> =
             vec![("wall", WALL, |r| r.wall_ns), ("compile", COMPILE, |r| r.compile_ns)];
         if s.iter().any(|r| r.load_ns > 0) {
             kinds.push(("load", LOAD, |r| r.load_ns));
@@ -612,3 +612,6 @@ fn caption(s: &RunSummary) -> [String; 2] {
     );
     [counts, times]
 }
+
+/// One bar of the totals panel: its label, colour and the figure of a run it shows.
+type TotalKind = (&'static str, RGBColor, fn(&RunSummary) -> u64);
