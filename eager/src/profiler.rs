@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crossbeam_utils::CachePadded;
+
 use crate::device::Device;
 use crate::shape::Spec;
 use crate::shared::{lock, Shared};
@@ -152,7 +154,8 @@ pub(crate) struct Profiler {
     log: Mutex<Log>,
     /// Ops dispatched whose completion has not been seen yet: their device times are not
     /// final until it is (see [`wait_for_ops`]).
-    in_flight: AtomicUsize,
+    /// Padded: completion callbacks write it while dispatches read the fields beside it.
+    in_flight: CachePadded<AtomicUsize>,
 }
 
 struct Log {
@@ -172,7 +175,7 @@ impl Profiler {
             epoch: Instant::now(),
             enabled: AtomicBool::new(std::env::var_os("EAGER_PROFILE_OFF").is_none()),
             log: Mutex::new(Log { events: VecDeque::new(), capacity, next_seq: 0, dropped: 0 }),
-            in_flight: AtomicUsize::new(0),
+            in_flight: CachePadded::new(AtomicUsize::new(0)),
         }
     }
 

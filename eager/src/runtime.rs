@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
 use crate::cache::{cache, OpKey};
@@ -63,7 +64,8 @@ struct RuntimeState {
     /// Set by an interrupt (the REPL's Ctrl-C): every dispatch fails until it is cleared.
     interrupted: AtomicBool,
     /// Per device (see [`device_slot`]): when its last completed op finished (profiler clock).
-    device_free_ns: [AtomicU64; DEVICE_SLOTS],
+    /// Padded: completion callbacks write it while dispatches read the flags beside it.
+    device_free_ns: CachePadded<[AtomicU64; DEVICE_SLOTS]>,
 }
 
 impl RuntimeState {
@@ -103,9 +105,9 @@ pub fn set_interrupted(on: bool) {
 }
 
 /// Fails if the session was interrupted: checked by every dispatch of `op`.
-pub(crate) fn check_interrupt(op: &'static str) -> Result<()> {
+pub(crate) fn check_interrupt(op: &crate::ops::Op) -> Result<()> {
     if state().interrupted.load(Ordering::Relaxed) {
-        return Err(Error::Interrupted { op });
+        return Err(Error::Interrupted { op: op.name() });
     }
     Ok(())
 }

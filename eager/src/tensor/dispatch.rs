@@ -37,7 +37,7 @@ pub(crate) fn dispatch_all(
     device: Option<Device>,
 ) -> Result<SmallVec<[Tensor; 1]>> {
     let start = Instant::now();
-    runtime::check_interrupt(op.name())?;
+    runtime::check_interrupt(&op)?;
     let (rt, device) = match inputs.first() {
         Some(t) => (t.runtime().clone(), t.device()),
         None => {
@@ -54,10 +54,10 @@ pub(crate) fn dispatch_all(
             ),
         ));
     }
-    let args: SmallVec<[Arg; 4]> = inputs
-        .iter()
-        .map(|t| Ok(Arg { buffer: t.buffer()?, completion: t.completion() }))
-        .collect::<Result<_>>()?;
+    let mut args: SmallVec<[Arg; 4]> = SmallVec::with_capacity(inputs.len());
+    for t in inputs {
+        args.push(Arg { buffer: t.buffer()?, completion: t.completion() });
+    }
     let key = OpKey::new(op, inputs.iter().map(|t| t.spec()), device);
     let launched = runtime::execute(&rt, device, key, &args, start)?;
     let (info, completion) = (launched.info, launched.completion);
