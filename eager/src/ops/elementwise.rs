@@ -11,42 +11,54 @@ use super::emit::{Emitter, Value};
 use super::reduce::ReduceOps;
 use super::{broadcast, check_arity, none, one, same_dtype, Accepts, Grads, Op, OpDef, Operand};
 
-/// Defines an enum of elementwise ops from one table: variant, user-facing name, the
-/// StableHLO op (or comparison direction) it lowers to, and the dtypes it takes.
+/// Defines an enum of elementwise ops from one table: variant, user-facing name, how it
+/// lowers (a StableHLO op, a comparison direction, a [`Lowering`]) and the dtypes it takes.
 macro_rules! elementwise {
-    ($(#[$doc:meta])* $enum:ident { $($variant:ident => $name:literal, $hlo:literal, $accepts:ident;)* }) => {
+    ($(#[$doc:meta])* $enum:ident($lower:ty) {
+        $($variant:ident => $name:literal, $hlo:expr, $accepts:ident;)*
+    }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum $enum { $($variant),* }
         impl $enum {
             pub const ALL: &'static [$enum] = &[$($enum::$variant),*];
             pub fn name(self) -> &'static str { match self { $($enum::$variant => $name),* } }
-            fn hlo(self) -> &'static str { match self { $($enum::$variant => $hlo),* } }
+            fn hlo(self) -> $lower { match self { $($enum::$variant => $hlo),* } }
             fn accepts(self) -> Accepts { match self { $($enum::$variant => Accepts::$accepts),* } }
         }
     };
 }
 
+/// How a unary op lowers to StableHLO.
+#[derive(Debug, Clone, Copy)]
+enum Lowering {
+    /// The one StableHLO op of that name.
+    Op(&'static str),
+    /// `stablehlo.abs`, but unsigned ints are their own abs (`stablehlo.abs` takes none).
+    Abs,
+    /// `stablehlo.maximum` with a zero constant.
+    MaxWithZero,
+}
+
 elementwise!(
     /// Ops of one tensor, elementwise.
-    Unary {
-    Neg => "neg", "stablehlo.negate", Numeric;
-    Abs => "abs", "stablehlo.abs", Numeric;
-    Exp => "exp", "stablehlo.exponential", Float;
-    Log => "log", "stablehlo.log", Float;
-    Sqrt => "sqrt", "stablehlo.sqrt", Float;
-    Rsqrt => "rsqrt", "stablehlo.rsqrt", Float;
-    Tanh => "tanh", "stablehlo.tanh", Float;
-    Sigmoid => "sigmoid", "stablehlo.logistic", Float;
-    Sin => "sin", "stablehlo.sine", Float;
-    Cos => "cos", "stablehlo.cosine", Float;
-    // relu is max(x, 0): see its emission.
-    Relu => "relu", "stablehlo.maximum", Numeric;
+    Unary(Lowering) {
+    Neg => "neg", Lowering::Op("stablehlo.negate"), Numeric;
+    Abs => "abs", Lowering::Abs, Numeric;
+    Exp => "exp", Lowering::Op("stablehlo.exponential"), Float;
+    Log => "log", Lowering::Op("stablehlo.log"), Float;
+    Sqrt => "sqrt", Lowering::Op("stablehlo.sqrt"), Float;
+    Rsqrt => "rsqrt", Lowering::Op("stablehlo.rsqrt"), Float;
+    Tanh => "tanh", Lowering::Op("stablehlo.tanh"), Float;
+    Sigmoid => "sigmoid", Lowering::Op("stablehlo.logistic"), Float;
+    Sin => "sin", Lowering::Op("stablehlo.sine"), Float;
+    Cos => "cos", Lowering::Op("stablehlo.cosine"), Float;
+    Relu => "relu", Lowering::MaxWithZero, Numeric;
 });
 
 elementwise!(
     /// Arithmetic of two tensors, broadcasting.
-    Binary {
+    Binary(&'static str) {
     Add => "add", "stablehlo.add", Numeric;
     Sub => "sub", "stablehlo.subtract", Numeric;
     Mul => "mul", "stablehlo.multiply", Numeric;
@@ -58,7 +70,7 @@ elementwise!(
 
 elementwise!(
     /// Comparisons of two tensors, broadcasting, giving bool.
-    Compare {
+    Compare(&'static str) {
     Eq => "eq", "EQ", Any;
     Ne => "ne", "NE", Any;
     Lt => "lt", "LT", Numeric;
@@ -77,15 +89,15 @@ impl OpDef for Unary {
         Ok(inputs[0].clone())
     }
     fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
-        match self {
-            // max(x, 0)
-            Unary::Relu => {
+        let dtype = x[0].spec.dtype;
+        match self.hlo() {
+            Lowering::Op(op) => e.op(op, &[&x[0]], "", out),
+            Lowering::Abs if dtype.is_int() && !dtype.is_signed_int() => x[0].clone(),
+            Lowering::Abs => e.op("stablehlo.abs", &[&x[0]], "", out),
+            Lowering::MaxWithZero => {
                 let zero = e.constant(&x[0].spec, 0.0);
-                e.op(self.hlo(), &[&x[0], &zero], "", out)
+                e.op("stablehlo.maximum", &[&x[0], &zero], "", out)
             }
-            // stablehlo.abs takes no unsigned ints; their abs is the value itself.
-            Unary::Abs if x[0].spec.dtype.is_int() && !x[0].spec.dtype.is_signed_int() => x[0].clone(),
-            _ => e.op(self.hlo(), &[&x[0]], "", out),
         }
     }
     fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>> {
