@@ -205,6 +205,11 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
     x.mul(&inner.tanh()?.add_scalar(1.0)?)?.mul_scalar(0.5)
 }
 
+/// GELU, exact (torch's default `F.gelu`): `0.5 x (1 + erf(x / √2))`.
+pub fn gelu_exact(x: &Tensor) -> Result<Tensor> {
+    x.mul(&x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?)?.mul_scalar(0.5)
+}
+
 /// The activations as layers, for [`Sequential`].
 pub struct Relu;
 pub struct Gelu;

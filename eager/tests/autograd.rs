@@ -163,6 +163,14 @@ fn every_unary_op() {
             Unary::Sin => (Tensor::sin, uniform(&mut rng, &[2, 3], -3.0, 3.0)),
             Unary::Cos => (Tensor::cos, uniform(&mut rng, &[2, 3], -3.0, 3.0)),
             Unary::Relu => (Tensor::relu, away_from_zero(&mut rng, &[2, 3], 0.1, 2.0)),
+            Unary::Erf => (Tensor::erf, uniform(&mut rng, &[2, 3], -2.0, 2.0)),
+            Unary::Log1p => (Tensor::log1p, uniform(&mut rng, &[2, 3], -0.5, 3.0)),
+            Unary::Expm1 => (Tensor::expm1, uniform(&mut rng, &[2, 3], -2.0, 2.0)),
+            // Piecewise constant: zero away from the steps (random points are, by far).
+            Unary::Floor => (Tensor::floor, uniform(&mut rng, &[2, 3], -3.0, 3.0)),
+            Unary::Ceil => (Tensor::ceil, uniform(&mut rng, &[2, 3], -3.0, 3.0)),
+            Unary::Round => (Tensor::round, uniform(&mut rng, &[2, 3], -3.0, 3.0)),
+            Unary::Sign => (Tensor::sign, away_from_zero(&mut rng, &[2, 3], 0.1, 2.0)),
         };
         check_gradients(u.name(), |a| method(&a[0]), vec![x.clone()]);
         // And on a rank-3 tensor: the rules are elementwise whatever the shape.
@@ -400,10 +408,27 @@ fn cast_through_f32_and_fill() {
 // ----- nn -------------------------------------------------------------------------------------
 
 #[test]
+fn silu_square_clamp_and_triangles() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    check_gradients("silu", |a| a[0].silu(), vec![uniform(&mut rng, &[2, 3], -3.0, 3.0)]);
+    check_gradients("square", |a| a[0].square(), vec![uniform(&mut rng, &[2, 3], -3.0, 3.0)]);
+    // Away from the bounds: clamp's gradient is 1 inside and 0 outside.
+    let x = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![-2.0, -0.7, 0.2, 0.9, 1.6, 3.0]).unwrap();
+    check_gradients("clamp", |a| a[0].clamp(Some(-1.0), Some(1.5)), vec![x.clone()]);
+    check_gradients("clamp(min)", |a| a[0].clamp(Some(0.5), None), vec![x]);
+    for k in [-1, 0, 2] {
+        check_gradients("tril", |a| a[0].tril(k), vec![uniform(&mut rng, &[2, 3, 4], -2.0, 2.0)]);
+        check_gradients("triu", |a| a[0].triu(k), vec![uniform(&mut rng, &[3, 4], -2.0, 2.0)]);
+    }
+}
+
+#[test]
 fn gelu_layer_norm_cross_entropy_and_mse() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);
     check_gradients("gelu", |a| nn::gelu(&a[0]), vec![uniform(&mut rng, &[2, 3], -3.0, 3.0)]);
+    check_gradients("gelu_exact", |a| nn::gelu_exact(&a[0]), vec![uniform(&mut rng, &[2, 3], -3.0, 3.0)]);
 
     // The module itself, with f64 weights, for the gradient of its input.
     let ln = nn::LayerNorm::new(4).unwrap();

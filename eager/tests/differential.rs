@@ -295,9 +295,44 @@ fn unary_cases(s: &mut Suite, rng: &mut StdRng) {
     unary!(s, rng, "sigmoid", sigmoid, FLOATS, Draw::Mixed, TRANSCENDENTAL);
     unary!(s, rng, "sin", sin, FLOATS, Draw::Mixed, TRANSCENDENTAL);
     unary!(s, rng, "cos", cos, FLOATS, Draw::Mixed, TRANSCENDENTAL);
+    unary!(s, rng, "erf", erf, FLOATS, Draw::Mixed, TRANSCENDENTAL);
+    unary!(s, rng, "log1p", log1p, FLOATS, Draw::Mixed, TRANSCENDENTAL);
+    unary!(s, rng, "expm1", expm1, FLOATS, Draw::Mixed, TRANSCENDENTAL);
+    unary!(s, rng, "floor", floor, FLOATS, Draw::Mixed, EXACT);
+    unary!(s, rng, "ceil", ceil, FLOATS, Draw::Mixed, EXACT);
+    unary!(s, rng, "round", round, FLOATS, Draw::Mixed, EXACT);
+    unary!(s, rng, "sign", sign, NUMERIC, Draw::Mixed, EXACT);
+    unary!(s, rng, "square", square, NUMERIC, Draw::Mixed, EXACT);
+    // Halves to even, the case round-half-away-from-zero would get wrong.
+    let halves = Input::floats(DType::F32, &[6], vec![-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]);
+    s.add("round", json!({}), vec![halves], DType::F32, EXACT, |t| t[0].round());
     for &d in FLOATS {
         let x = draw(rng, d, &[3, 4], Draw::Mixed);
         s.add("gelu", json!({}), vec![x], d, COMPOSITE, |t| eager::nn::gelu(&t[0]));
+        let x = draw(rng, d, &[3, 4], Draw::Mixed);
+        s.add("gelu_exact", json!({}), vec![x], d, COMPOSITE, |t| eager::nn::gelu_exact(&t[0]));
+        let x = draw(rng, d, &[3, 4], Draw::Mixed);
+        s.add("silu", json!({}), vec![x], d, COMPOSITE, |t| t[0].silu());
+    }
+    for &d in NUMERIC {
+        for (lo, hi) in
+            [(Some(-1.0), Some(2.0)), (Some(0.5), None), (None, Some(-0.5)), (Some(2.0), Some(1.0))]
+        {
+            let x = draw(rng, d, &[3, 4], Draw::Mixed);
+            s.add("clamp", json!({"min": lo, "max": hi}), vec![x], d, EXACT, move |t| t[0].clamp(lo, hi));
+        }
+    }
+    for &d in ALL {
+        for (k, shape) in
+            [(0i64, &[3usize, 4][..]), (-1, &[2, 3, 4]), (2, &[4, 3]), (-5, &[3, 4]), (0, &[0, 3])]
+        {
+            if shape != [3, 4] && !matches!(d, DType::F32 | DType::I32) {
+                continue;
+            }
+            let x = draw(rng, d, shape, Draw::Mixed);
+            s.add("tril", json!({"diagonal": k}), vec![x.clone()], d, EXACT, move |t| t[0].tril(k));
+            s.add("triu", json!({"diagonal": k}), vec![x], d, EXACT, move |t| t[0].triu(k));
+        }
     }
 }
 

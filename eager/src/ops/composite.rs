@@ -1,7 +1,7 @@
 //! Ops written once on the primitives, with no definition of their own: each runs as the ops it
 //! is made of (so gradients, the cache and the profiler see those). As tinygrad's mixin.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 use super::elementwise::ElementwiseOps;
 use super::reduce::ReduceOps;
@@ -29,6 +29,31 @@ pub(crate) trait CompositeOps: Operand {
         let shifted = self.sub(&self.max(&[dim], true)?)?;
         let lse = shifted.exp()?.sum(&[dim], true)?.log()?;
         shifted.sub(&lse)
+    }
+
+    /// `x * x`.
+    fn square(&self) -> Result<Self> {
+        self.mul(self)
+    }
+
+    /// `x * sigmoid(x)` (swish).
+    fn silu(&self) -> Result<Self> {
+        self.mul(&self.sigmoid()?)
+    }
+
+    /// `max(x, min)` then `min(., max)`, as torch (so `min > max` gives `max`); NaN stays NaN.
+    fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Self> {
+        if min.is_none() && max.is_none() {
+            return Err(Error::invalid("clamp", "needs a min, a max or both"));
+        }
+        let low = match min {
+            Some(v) => self.maximum_scalar(v)?,
+            None => self.clone(),
+        };
+        match max {
+            Some(v) => low.minimum_scalar(v),
+            None => Ok(low),
+        }
     }
 }
 

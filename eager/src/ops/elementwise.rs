@@ -38,6 +38,8 @@ enum Lowering {
     Abs,
     /// `stablehlo.maximum` with a zero constant.
     MaxWithZero,
+    /// `stablehlo.sign`, but unsigned ints (which it takes none of) are `x > 0`.
+    Sign,
 }
 
 elementwise!(
@@ -54,6 +56,14 @@ elementwise!(
     Sin => "sin", Lowering::Op("stablehlo.sine"), Float;
     Cos => "cos", Lowering::Op("stablehlo.cosine"), Float;
     Relu => "relu", Lowering::MaxWithZero, Numeric;
+    Erf => "erf", Lowering::Op("chlo.erf"), Float;
+    Log1p => "log1p", Lowering::Op("stablehlo.log_plus_one"), Float;
+    Expm1 => "expm1", Lowering::Op("stablehlo.exponential_minus_one"), Float;
+    Floor => "floor", Lowering::Op("stablehlo.floor"), Float;
+    Ceil => "ceil", Lowering::Op("stablehlo.ceil"), Float;
+    // torch.round: halves to even.
+    Round => "round", Lowering::Op("stablehlo.round_nearest_even"), Float;
+    Sign => "sign", Lowering::Sign, Numeric;
 });
 
 elementwise!(
@@ -94,6 +104,12 @@ impl OpDef for Unary {
             Lowering::Op(op) => e.op(op, &[&x[0]], "", out),
             Lowering::Abs if dtype.is_int() && !dtype.is_signed_int() => x[0].clone(),
             Lowering::Abs => e.op("stablehlo.abs", &[&x[0]], "", out),
+            Lowering::Sign if dtype.is_int() && !dtype.is_signed_int() => {
+                let zero = e.constant(&x[0].spec, 0.0);
+                let positive = e.compare("GT", &x[0], &zero);
+                e.op("stablehlo.convert", &[&positive], "", out)
+            }
+            Lowering::Sign => e.op("stablehlo.sign", &[&x[0]], "", out),
             Lowering::MaxWithZero => {
                 let zero = e.constant(&x[0].spec, 0.0);
                 e.op("stablehlo.maximum", &[&x[0], &zero], "", out)
@@ -113,6 +129,14 @@ impl OpDef for Unary {
             Unary::Sin => g.mul(&x[0].cos()?)?,
             Unary::Cos => g.mul(&x[0].sin()?.neg()?)?,
             Unary::Relu => g.mul(&x[0].gt_scalar(0.0)?.to_dtype(g.dtype_of())?)?,
+            // d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
+            Unary::Erf => {
+                g.mul(&x[0].mul(x[0])?.neg()?.exp()?.mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?)?
+            }
+            Unary::Log1p => g.div(&x[0].add_scalar(1.0)?)?,
+            Unary::Expm1 => g.mul(&out.add_scalar(1.0)?)?,
+            // Piecewise constant: zero almost everywhere, as torch.
+            Unary::Floor | Unary::Ceil | Unary::Round | Unary::Sign => g.zeros_like()?,
         })
     }
 }
@@ -212,6 +236,52 @@ impl OpDef for Where {
     }
 }
 
+/// The elements on and below (`upper: false`, torch's `tril`) or on and above (`triu`) the
+/// `diagonal`-th diagonal of the last two dims (0 the main one, > 0 above it), zeros elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Triangle {
+    pub diagonal: i64,
+    pub upper: bool,
+}
+
+impl OpDef for Triangle {
+    fn name(&self) -> &'static str {
+        if self.upper {
+            "triu"
+        } else {
+            "tril"
+        }
+    }
+    fn attrs(&self) -> String {
+        format!("diagonal={}", self.diagonal)
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        check_arity(self.name(), inputs, 1)?;
+        if inputs[0].rank() < 2 {
+            let msg = format!("needs a tensor of rank >= 2 (a matrix or a batch of them), got {}", inputs[0]);
+            return Err(Error::shape(self.name(), msg));
+        }
+        Ok(inputs[0].clone())
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        let r = out.rank();
+        let (n, m) = (out.shape[r - 2], out.shape[r - 1]);
+        let idx = Spec::new(&[n, m], DType::I64);
+        let rows = e.op("stablehlo.iota", &[], "iota_dimension = 0 : i64", &idx);
+        let cols = e.op("stablehlo.iota", &[], "iota_dimension = 1 : i64", &idx);
+        // Kept where cols - rows <= diagonal (tril) or >= diagonal (triu).
+        let offset = e.op("stablehlo.subtract", &[&cols, &rows], "", &idx);
+        let diagonal = e.constant(&idx, self.diagonal as f64);
+        let keep = e.compare(if self.upper { "GE" } else { "LE" }, &offset, &diagonal);
+        let keep = e.broadcast(&keep, &out.shape);
+        let zero = e.constant(out, 0.0);
+        e.op("stablehlo.select", &[&keep, &x[0], &zero], "", out)
+    }
+    fn backward<T: Operand>(&self, _x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
+        one(T::apply(Op::Triangle(self.clone()), &[g], None)?)
+    }
+}
+
 /// Conversion to another dtype (XLA's `convert`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cast {
@@ -260,11 +330,20 @@ macro_rules! binary_builders {
 /// The elementwise ops, built on any [`Operand`] (the `Tensor` methods of the same names).
 pub(crate) trait ElementwiseOps: Operand {
     unary_builders!(neg => Neg, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, rsqrt => Rsqrt, tanh => Tanh,
-        sigmoid => Sigmoid, sin => Sin, cos => Cos, relu => Relu);
+        sigmoid => Sigmoid, sin => Sin, cos => Cos, relu => Relu, erf => Erf, log1p => Log1p, expm1 => Expm1,
+        floor => Floor, ceil => Ceil, round => Round, sign => Sign);
     binary_builders!(Binary: add, add_scalar => Add, sub, sub_scalar => Sub, mul, mul_scalar => Mul, div, div_scalar => Div,
         pow, pow_scalar => Pow, maximum, maximum_scalar => Maximum, minimum, minimum_scalar => Minimum);
     binary_builders!(Compare: eq, eq_scalar => Eq, ne, ne_scalar => Ne, lt, lt_scalar => Lt, le, le_scalar => Le,
         gt, gt_scalar => Gt, ge, ge_scalar => Ge);
+
+    fn tril(&self, diagonal: i64) -> Result<Self> {
+        Self::apply(Op::Triangle(Triangle { diagonal, upper: false }), &[self], None)
+    }
+
+    fn triu(&self, diagonal: i64) -> Result<Self> {
+        Self::apply(Op::Triangle(Triangle { diagonal, upper: true }), &[self], None)
+    }
 
     /// `where(self, a, b)`.
     fn where_cond(&self, a: &Self, b: &Self) -> Result<Self> {
@@ -276,12 +355,6 @@ pub(crate) trait ElementwiseOps: Operand {
             return Ok(self.clone());
         }
         Self::apply(Op::Cast(Cast { to: dtype }), &[self], None)
-    }
-
-    /// -1, 0 or 1 by the sign of each element (0 at 0), in this dtype.
-    fn sign(&self) -> Result<Self> {
-        let dt = self.dtype_of();
-        self.gt_scalar(0.0)?.to_dtype(dt)?.sub(&self.lt_scalar(0.0)?.to_dtype(dt)?)
     }
 }
 
@@ -328,6 +401,27 @@ mod tests {
     fn where_selects_after_broadcasting() {
         let m = module(Where, &[Spec::new(&[2, 2], DType::Bool), f32s(&[]), f32s(&[2, 2])]);
         assert!(m.contains("\"stablehlo.select\""), "{m}");
+    }
+
+    #[test]
+    fn a_triangle_selects_by_the_offset_of_two_iotas() {
+        let m = module(Triangle { diagonal: -1, upper: false }, &[f32s(&[2, 3, 4])]);
+        assert!(m.contains("iota_dimension = 1") && m.contains("comparison_direction LE"), "{m}");
+        assert!(m.contains("dense<-1> : tensor<3x4xi64>") && m.contains("\"stablehlo.select\""), "{m}");
+        let e = Triangle { diagonal: 0, upper: true }.infer(&[f32s(&[3])]).unwrap_err().to_string();
+        assert!(e.starts_with("triu: shape error"), "{e}");
+    }
+
+    #[test]
+    fn new_unary_ops_lower_to_their_table_entries() {
+        let m = module(Unary::Erf, &[f32s(&[2])]);
+        assert!(m.contains("\"chlo.erf\"(%arg0)"), "{m}");
+        let m = module(Unary::Round, &[f32s(&[2])]);
+        assert!(m.contains("\"stablehlo.round_nearest_even\"(%arg0)"), "{m}");
+        let m = module(Unary::Sign, &[Spec::new(&[2], DType::U8)]);
+        assert!(!m.contains("stablehlo.sign") && m.contains("comparison_direction GT"), "{m}");
+        let m = module(Unary::Sign, &[Spec::new(&[2], DType::I32)]);
+        assert!(m.contains("\"stablehlo.sign\"(%arg0)"), "{m}");
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::shape::{broadcast_shapes, resolve_dim, Shape, Spec};
 pub(crate) use call::ValueDef;
 pub use call::{Call, Program};
 pub use create::{Arange, Eye, Fill};
-pub use elementwise::{Binary, Cast, Compare, Unary, Where};
+pub use elementwise::{Binary, Cast, Compare, Triangle, Unary, Where};
 pub(crate) use emit::Emitter;
 use emit::Value;
 pub(crate) use index::IndexCheck;
@@ -131,6 +131,8 @@ ops! {
     /// `where(cond, a, b)`, broadcasting all three.
     Where(Where),
     Cast(Cast),
+    /// The lower (`tril`) or upper (`triu`) triangle of the last two dims, zeros elsewhere.
+    Triangle(Triangle),
     /// Batched matrix product, `[..., m, k] x [..., k, n]` with broadcast batch dims.
     Matmul(Matmul),
     Reduce(Reduce),

@@ -43,6 +43,19 @@ forward! {
     cos() => ElementwiseOps;
     /// `max(x, 0)`.
     relu() => ElementwiseOps;
+    /// The error function (floats).
+    erf() => ElementwiseOps;
+    /// `log(1 + x)`, exact near 0.
+    log1p() => ElementwiseOps;
+    /// `exp(x) - 1`, exact near 0.
+    expm1() => ElementwiseOps;
+    floor() => ElementwiseOps;
+    ceil() => ElementwiseOps;
+    /// To the nearest integer, halves to even (`0.5 -> 0`, `1.5 -> 2`), as torch.
+    round() => ElementwiseOps;
+    /// -1, 0 or 1 by the sign of each element (0 for 0 and -0; NaN stays NaN, as in NumPy and
+    /// JAX); for unsigned ints 0 or 1.
+    sign() => ElementwiseOps;
     /// Elementwise sum (broadcasting). Integer overflow wraps around, as in torch:
     /// `i32::MAX + 1 == i32::MIN`.
     add(other: &Tensor) => ElementwiseOps;
@@ -94,6 +107,11 @@ forward! {
     le_scalar(other: f64) => ElementwiseOps;
     gt_scalar(other: f64) => ElementwiseOps;
     ge_scalar(other: f64) => ElementwiseOps;
+    /// The lower triangle of the last two dims: elements on and below the `diagonal`-th
+    /// diagonal (0 the main one, 1 the one above, -1 the one below), zeros elsewhere (torch's).
+    tril(diagonal: i64) => ElementwiseOps;
+    /// The upper triangle of the last two dims: on and above the `diagonal`-th diagonal.
+    triu(diagonal: i64) => ElementwiseOps;
     /// `where(self, a, b)`: `a` where `self` is true, else `b` (broadcasting).
     where_cond(a: &Tensor, b: &Tensor) => ElementwiseOps;
     /// Converts to `dtype` (floats to bool: nonzero is true, NaN too; floats to ints truncate
@@ -128,6 +146,15 @@ forward! {
     softmax(dim: isize) => CompositeOps;
     /// Log-softmax along `dim`, composed: `x - max - log(sum(exp(x - max)))`.
     log_softmax(dim: isize) => CompositeOps;
+
+    /// `x * x`.
+    square() => CompositeOps;
+    /// `x * sigmoid(x)` (SiLU, swish).
+    silu() => CompositeOps;
+    /// Limits values to `[min, max]` (either may be `None`, not both): `max(x, min)` then
+    /// `min(., max)`, as torch, so `min > max` gives `max`. NaN stays NaN. Scalars are
+    /// converted to this tensor's dtype.
+    clamp(min: Option<f64>, max: Option<f64>) => CompositeOps;
 
     // ----- shape (ops/movement.rs) -------------------------------------------------------------
     /// Reshape; one dim may be -1 (inferred).

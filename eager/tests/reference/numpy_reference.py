@@ -16,6 +16,7 @@ rounding_mode="trunc", which is what eager's div of ints does).
 """
 
 import json
+import math
 import os
 import sys
 
@@ -100,10 +101,33 @@ def cross_entropy(logits, targets):
     return -np.mean(ls[np.arange(n), targets])
 
 
+def erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+def clamp(x, lo, hi):
+    # torch: max(x, lo) then min(., hi), so lo > hi gives hi; NaN stays NaN. A bound outside an
+    # int dtype's range bounds nothing on that side (the true clamp), not a wrapped value.
+    def bound(v):
+        if x.dtype.kind in "iu":
+            info = np.iinfo(x.dtype)
+            v = min(max(v, info.min), info.max)
+        return np.asarray(v).astype(x.dtype)
+    if lo is not None:
+        x = np.maximum(x, bound(lo))
+    if hi is not None:
+        x = np.minimum(x, bound(hi))
+    return x
+
+
 UNARY = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "sin": np.sin, "cos": np.cos, "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": gelu,
+    "erf": erf, "log1p": np.log1p, "expm1": np.expm1, "floor": np.floor, "ceil": np.ceil,
+    "round": np.round, "sign": np.sign, "square": np.square,
+    "silu": lambda x: x / (1 + np.exp(-x)),
+    "gelu_exact": lambda x: x.dtype.type(0.5) * x * (1 + erf(x / x.dtype.type(np.sqrt(2.0)))),
 }
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": trunc_div, "pow": np.power,
@@ -121,6 +145,12 @@ def compute(op, a, x):
         if op == "pow" and x[0].dtype.kind in "iu" and (x[1] < 0).any():
             raise ValueError("integers to negative integer powers")
         return BINARY[op](x[0], x[1])
+    if op == "clamp":
+        return clamp(x[0], a["min"], a["max"])
+    if op == "tril":
+        return np.tril(x[0], a["diagonal"])
+    if op == "triu":
+        return np.triu(x[0], a["diagonal"])
     if op == "where":
         return np.where(x[0], x[1], x[2])
     if op == "matmul":
