@@ -408,6 +408,18 @@ fn cast_through_f32_and_fill() {
 // ----- nn -------------------------------------------------------------------------------------
 
 #[test]
+fn cumsum_and_cumprod_along_each_dim() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    for dim in [0, 1, -1] {
+        check_gradients("cumsum", |a| a[0].cumsum(dim), vec![uniform(&mut rng, &[3, 4], -2.0, 2.0)]);
+        // No zeros: the product rule divides by the input.
+        check_gradients("cumprod", |a| a[0].cumprod(dim), vec![away_from_zero(&mut rng, &[3, 4], 0.3, 1.5)]);
+    }
+    check_gradients("cumsum", |a| a[0].cumsum(1), vec![uniform(&mut rng, &[2, 3, 2], -2.0, 2.0)]);
+}
+
+#[test]
 fn silu_square_clamp_and_triangles() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);

@@ -322,6 +322,24 @@ fn unary_cases(s: &mut Suite, rng: &mut StdRng) {
             s.add("clamp", json!({"min": lo, "max": hi}), vec![x], d, EXACT, move |t| t[0].clamp(lo, hi));
         }
     }
+    for &d in NUMERIC {
+        for (dim, shape) in
+            [(1isize, &[3usize, 4][..]), (0, &[5][..]), (-1, &[2, 3, 4]), (0, &[]), (1, &[2, 0])]
+        {
+            if shape != [3, 4] && !matches!(d, DType::F32 | DType::I32) {
+                continue;
+            }
+            // Products of ints in a small range, so that they do not wrap differently.
+            let x = draw(rng, d, shape, Draw::Range(-2.0, 2.0));
+            s.add("cumsum", json!({"dim": dim}), vec![x.clone()], d, COMPOSITE, move |t| t[0].cumsum(dim));
+            s.add("cumprod", json!({"dim": dim}), vec![x], d, COMPOSITE, move |t| t[0].cumprod(dim));
+        }
+    }
+    for &d in FLOATS {
+        // Specials: NaN and inf run on to every later element.
+        let x = draw(rng, d, &[4, 6], Draw::Mixed);
+        s.add("cumsum", json!({"dim": 1}), vec![x], d, COMPOSITE, |t| t[0].cumsum(1));
+    }
     for &d in ALL {
         for (k, shape) in
             [(0i64, &[3usize, 4][..]), (-1, &[2, 3, 4]), (2, &[4, 3]), (-5, &[3, 4]), (0, &[0, 3])]

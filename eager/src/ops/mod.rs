@@ -20,6 +20,7 @@ pub mod matmul;
 pub mod movement;
 pub mod random;
 pub mod reduce;
+pub mod scan;
 
 use smallvec::SmallVec;
 
@@ -40,6 +41,7 @@ pub use matmul::Matmul;
 pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
 pub use random::{Dist, Random};
 pub use reduce::{Reduce, ReduceKind};
+pub use scan::{Scan, ScanKind};
 
 /// Dims of an attribute (inline up to 4).
 pub type Dims = SmallVec<[usize; 4]>;
@@ -136,6 +138,8 @@ ops! {
     /// Batched matrix product, `[..., m, k] x [..., k, n]` with broadcast batch dims.
     Matmul(Matmul),
     Reduce(Reduce),
+    /// A running sum or product along a dim.
+    Scan(Scan),
     Reshape(Reshape),
     Permute(Permute),
     BroadcastTo(BroadcastTo),

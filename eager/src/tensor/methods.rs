@@ -9,6 +9,7 @@ use crate::ops::index::IndexOps;
 use crate::ops::matmul::MatmulOps;
 use crate::ops::movement::MovementOps;
 use crate::ops::reduce::{ReduceKind, ReduceOps};
+use crate::ops::scan::ScanOps;
 
 use super::Tensor;
 
@@ -140,6 +141,14 @@ forward! {
     sum_all() => ReduceOps;
     /// Mean of all elements, as a 0-d tensor.
     mean_all() => ReduceOps;
+
+    // ----- scans (ops/scan.rs) ----------------------------------------------------------------
+    /// Running sum along `dim`: element `i` is the sum of elements `0..=i`. f16 and bf16
+    /// accumulate in f32; integer sums wrap and keep the dtype (torch gives i64).
+    cumsum(dim: isize) => ScanOps;
+    /// Running product along `dim`. Its gradient divides by the input: exact without zeros
+    /// (a zero input gives inf or NaN gradients; torch handles zeros).
+    cumprod(dim: isize) => ScanOps;
 
     // ----- composites (ops/composite.rs) -------------------------------------------------------
     /// Softmax along `dim`, composed: `exp(x - max) / sum(exp(x - max))`.

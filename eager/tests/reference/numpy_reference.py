@@ -145,6 +145,11 @@ def compute(op, a, x):
         if op == "pow" and x[0].dtype.kind in "iu" and (x[1] < 0).any():
             raise ValueError("integers to negative integer powers")
         return BINARY[op](x[0], x[1])
+    if op in ("cumsum", "cumprod"):
+        fn = np.cumsum if op == "cumsum" else np.cumprod
+        v = x[0].reshape(1) if x[0].ndim == 0 else x[0]
+        # In the input's dtype (NumPy would widen ints); halves arrive as float32 already.
+        return fn(v, axis=a["dim"], dtype=v.dtype).reshape(x[0].shape)
     if op == "clamp":
         return clamp(x[0], a["min"], a["max"])
     if op == "tril":
