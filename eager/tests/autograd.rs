@@ -371,6 +371,20 @@ fn index_select_adds_up_repeated_indices() {
 }
 
 #[test]
+fn gather_and_scatter_add_route_gradients_to_the_indexed_places() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    // Repeated and negative indices; an index smaller than the input outside the dim.
+    let idx = Tensor::from_slice(&[2i64, 0, -1, 0, 0, 1], &[2, 3]).unwrap();
+    check_gradients("gather", |a| a[0].gather(0, &idx), vec![uniform(&mut rng, &[3, 3], -2.0, 2.0)]);
+    let idx1 = Tensor::from_slice(&[1i64, 1, 0, -3], &[2, 2]).unwrap();
+    check_gradients("gather", |a| a[0].gather(1, &idx1), vec![uniform(&mut rng, &[3, 3], -2.0, 2.0)]);
+    // Into the input and from a source larger than the indices (its extra elements get zero).
+    let inputs = vec![uniform(&mut rng, &[3, 3], -2.0, 2.0), uniform(&mut rng, &[3, 4], -2.0, 2.0)];
+    check_gradients("scatter_add", |a| a[0].scatter_add(0, &idx, &a[1]), inputs);
+}
+
+#[test]
 fn cat_splits_the_gradient() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);

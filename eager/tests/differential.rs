@@ -340,6 +340,13 @@ fn unary_cases(s: &mut Suite, rng: &mut StdRng) {
         let x = draw(rng, d, &[4, 6], Draw::Mixed);
         s.add("cumsum", json!({"dim": 1}), vec![x], d, COMPOSITE, |t| t[0].cumsum(1));
     }
+    for &d in NUMERIC {
+        let x = draw(rng, d, &[3, 4], Draw::Mixed);
+        let mask = draw(rng, DType::Bool, &[1, 4], Draw::Mixed);
+        s.add("masked_fill", json!({"value": 3.0}), vec![x, mask], d, EXACT, |t| {
+            t[0].masked_fill(&t[1], 3.0)
+        });
+    }
     for &d in ALL {
         for (k, shape) in
             [(0i64, &[3usize, 4][..]), (-1, &[2, 3, 4]), (2, &[4, 3]), (-5, &[3, 4]), (0, &[0, 3])]
@@ -609,6 +616,42 @@ fn movement_cases(s: &mut Suite, rng: &mut StdRng) {
             t[0].index_select(0, &on_device)
         });
         s.note(&format!("{why}; indices computed on the device"));
+    }
+    // gather and scatter_add: indices of the input's rank, on both dims, smaller than the
+    // input outside the dim, repeated, negative and out of range (host and device).
+    let x = draw(rng, DType::F32, &[4, 3], Draw::Mixed);
+    let gathers: &[(isize, &[usize], &[i128], &str)] = &[
+        (0, &[2, 3], &[3, 0, 1, 0, 0, 2], "in range, repeated"),
+        (1, &[4, 2], &[2, 0, -1, 1, 0, -3, 2, 2], "negative indices wrap"),
+        (0, &[1, 2], &[1, -2], "smaller than the input outside the dim"),
+        (0, &[0, 3], &[], "no indices"),
+        (1, &[2, 2], &[0, 3, 1, 1], "index past the end"),
+        (0, &[1, 3], &[0, -5, 1], "index before the start"),
+    ];
+    for &(dim, shape, idx, why) in gathers {
+        for it in [DType::I32, DType::I64] {
+            let i = Input::ints(it, shape, idx.to_vec());
+            s.add("gather", json!({"dim": dim}), vec![x.clone(), i], DType::F32, EXACT, move |t| {
+                t[0].gather(dim, &t[1])
+            });
+            s.note(why);
+        }
+        let i = Input::ints(DType::I64, shape, idx.to_vec());
+        s.add("gather", json!({"dim": dim}), vec![x.clone(), i], DType::F32, EXACT, move |t| {
+            t[0].gather(dim, &t[1].add_scalar(0.0)?)
+        });
+        s.note(&format!("{why}; indices computed on the device"));
+        // The same places scatter into the input, from a source one larger in each dim.
+        let src_shape: Vec<usize> = shape.iter().map(|&n| n + 1).collect();
+        for &d in &[DType::F32, DType::I32, DType::F16] {
+            let base = draw(rng, d, &[4, 3], Draw::Range(-4.0, 4.0));
+            let src = draw(rng, d, &src_shape, Draw::Range(-4.0, 4.0));
+            let i = Input::ints(DType::I64, shape, idx.to_vec());
+            s.add("scatter_add", json!({"dim": dim}), vec![base, i, src], d, COMPOSITE, move |t| {
+                t[0].scatter_add(dim, &t[1], &t[2])
+            });
+            s.note(why);
+        }
     }
     // Embedding takes the same indices (any shape).
     let table = draw(rng, DType::F32, &[6, 3], Draw::Range(-1.0, 1.0));

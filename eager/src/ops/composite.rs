@@ -31,6 +31,11 @@ pub(crate) trait CompositeOps: Operand {
         shifted.sub(&lse)
     }
 
+    /// `value` where `mask` is true, else `x` (`where(mask, value, x)`).
+    fn masked_fill(&self, mask: &Self, value: f64) -> Result<Self> {
+        mask.where_cond(&self.scalar_like(value)?, self)
+    }
+
     /// `x * x`.
     fn square(&self) -> Result<Self> {
         self.mul(self)

@@ -12,7 +12,7 @@ use super::elementwise::ElementwiseOps;
 use super::emit::{i64_array, list, Emitter, Value};
 use super::matmul::MatmulOps;
 use super::movement::MovementOps;
-use super::{check_arity, Dims, Grads, Op, OpDef, Operand};
+use super::{check_arity, Accepts, Dims, Grads, Op, OpDef, Operand};
 
 /// Rows of input 0 along `dim` picked by the 1-D integer input 1; negative indices count from
 /// the end. With `check`, the module also returns a check of the indices ([`IndexCheck`]: for
@@ -127,6 +127,213 @@ impl OpDef for IndexSelect {
     }
 }
 
+/// Elements of input 0 picked along `dim` by the integer input 1 of the same rank (torch's
+/// `gather`): `out[i][j] = x[idx[i][j]][j]` for `dim` 0. Negative indices count from the end;
+/// `check` as for [`IndexSelect`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Gather {
+    pub dim: usize,
+    pub check: bool,
+}
+
+/// Input 0 with input 2's elements added at the places input 1 names along `dim` (torch's
+/// `scatter_add`): `out[idx[i][j]][j] += src[i][j]` for `dim` 0; repeated indices add up.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ScatterAdd {
+    pub dim: usize,
+    pub check: bool,
+}
+
+/// The shape rule of an index tensor used along `dim` of `x` (same rank, i32 or i64, no larger
+/// than `x` in the other dims; `limit` bounds it in every dim, for scatter's source).
+fn check_index(op: &'static str, dim: usize, x: &Spec, idx: &Spec, limit: Option<&Spec>) -> Result<()> {
+    if !matches!(idx.dtype, DType::I32 | DType::I64) {
+        return Err(Error::dtype(op, format!("indices must be i32 or i64, got {idx}")));
+    }
+    if x.rank() == 0 || idx.rank() != x.rank() {
+        return Err(Error::shape(
+            op,
+            format!("indices {idx} must have the rank of the input {x} (at least 1)"),
+        ));
+    }
+    if dim >= x.rank() {
+        return Err(Error::invalid(op, format!("dim {dim} out of range for {x}")));
+    }
+    let too_big = (0..x.rank()).find(|&d| {
+        (d != dim && idx.shape[d] > x.shape[d]) || limit.is_some_and(|l| idx.shape[d] > l.shape[d])
+    });
+    if let Some(d) = too_big {
+        let what = limit.map_or(format!("the input {x}"), |l| {
+            format!("the input {x} (outside dim {dim}) and the source {l}")
+        });
+        return Err(Error::shape(op, format!("indices {idx} are larger than {what} in dim {d}")));
+    }
+    if x.shape[dim] == 0 && idx.numel() > 0 {
+        return Err(Error::shape(op, format!("cannot index dim {dim} of {x}: it is empty")));
+    }
+    Ok(())
+}
+
+/// Wraps negative indices (`idx < 0 ? idx + size : idx`), adds the check of the op's module
+/// when asked, and gives the full coordinates `[*idx.shape, rank]` (i64) of every element: the
+/// index along `dim`, the element's own position along the others.
+fn coordinates(e: &mut Emitter, idx: &Value, dim: usize, size: usize, check: bool) -> Value {
+    let zero = e.constant(&idx.spec, 0.0);
+    let size_v = e.constant(&idx.spec, size as f64);
+    let negative = e.compare("LT", idx, &zero);
+    let shifted = e.op("stablehlo.add", &[idx, &size_v], "", &idx.spec);
+    let wrapped = e.op("stablehlo.select", &[&negative, &shifted, idx], "", &idx.spec);
+    if check {
+        let flat = Spec::new(&[idx.spec.numel()], idx.spec.dtype);
+        let (w, raw) =
+            (e.op("stablehlo.reshape", &[&wrapped], "", &flat), e.op("stablehlo.reshape", &[idx], "", &flat));
+        let size_flat = e.constant(&flat, size as f64);
+        let flag = emit_index_check(e, &w, &raw, &size_flat);
+        e.extra.push(flag);
+    }
+    let rank = idx.spec.rank();
+    let mut one_col: Dims = idx.spec.shape.iter().copied().collect();
+    one_col.push(1);
+    let col = Spec { shape: one_col.iter().copied().collect(), dtype: DType::I64 };
+    let wide = Spec { shape: idx.spec.shape.clone(), dtype: DType::I64 };
+    let cols: Vec<Value> = (0..rank)
+        .map(|d| {
+            let v = if d == dim {
+                match idx.spec.dtype {
+                    DType::I64 => wrapped.clone(),
+                    _ => e.op("stablehlo.convert", &[&wrapped], "", &wide),
+                }
+            } else {
+                e.op("stablehlo.iota", &[], &format!("iota_dimension = {d} : i64"), &wide)
+            };
+            e.op("stablehlo.reshape", &[&v], "", &col)
+        })
+        .collect();
+    let refs: Vec<&Value> = cols.iter().collect();
+    let mut full = col.clone();
+    full.shape[rank] = rank;
+    e.op("stablehlo.concatenate", &refs, &format!("dimension = {rank} : i64"), &full)
+}
+
+impl OpDef for Gather {
+    fn name(&self) -> &'static str {
+        "gather"
+    }
+    fn attrs(&self) -> String {
+        format!("dim={}{}", self.dim, if self.check { " checked" } else { "" })
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        check_arity(self.name(), inputs, 2)?;
+        check_index(self.name(), self.dim, &inputs[0], &inputs[1], None)?;
+        Ok(Spec { shape: inputs[1].shape.clone(), dtype: inputs[0].dtype })
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        let (src, idx) = (&x[0], &x[1]);
+        let rank = src.spec.rank();
+        let full = coordinates(e, idx, self.dim, src.spec.shape[self.dim], self.check);
+        let all = list(0..rank);
+        let attr = format!(
+            "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [{all}], start_index_map = [{all}], index_vector_dim = {rank}>, slice_sizes = {}, indices_are_sorted = false",
+            i64_array(&vec![1; rank])
+        );
+        e.op("stablehlo.gather", &[src, &full], &attr, out)
+    }
+    fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
+        // Every picked element gets its output's gradient; repeated picks add up.
+        let scatter = Op::ScatterAdd(ScatterAdd { dim: self.dim, check: false });
+        Ok(smallvec::smallvec![Some(T::apply(scatter, &[&x[0].zeros_like()?, x[1], g], None)?), None])
+    }
+    fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
+        self.check.then(|| IndexCheck { dim: self.dim, size: inputs[0].shape[self.dim] })
+    }
+}
+
+impl OpDef for ScatterAdd {
+    fn name(&self) -> &'static str {
+        "scatter_add"
+    }
+    fn attrs(&self) -> String {
+        format!("dim={}{}", self.dim, if self.check { " checked" } else { "" })
+    }
+    fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
+        let name = self.name();
+        check_arity(name, inputs, 3)?;
+        let (x, idx, src) = (&inputs[0], &inputs[1], &inputs[2]);
+        Accepts::Numeric.check(name, x.dtype)?;
+        super::same_dtype(name, x, src)?;
+        if src.rank() != x.rank() {
+            return Err(Error::shape(name, format!("the source {src} must have the rank of the input {x}")));
+        }
+        check_index(name, self.dim, x, idx, Some(src))?;
+        Ok(x.clone())
+    }
+    fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
+        let (dst, idx, src) = (&x[0], &x[1], &x[2]);
+        let rank = dst.spec.rank();
+        let full = coordinates(e, idx, self.dim, dst.spec.shape[self.dim], self.check);
+        // Only the part of the source the indices cover takes part (as torch).
+        let updates = if src.spec.shape == idx.spec.shape {
+            src.clone()
+        } else {
+            let spec = Spec { shape: idx.spec.shape.clone(), dtype: src.spec.dtype };
+            let attr = super::movement::slice_attr(&vec![0; rank], &idx.spec.shape, &vec![1; rank]);
+            e.op("stablehlo.slice", &[src], &attr, &spec)
+        };
+        let all = list(0..rank);
+        let t = Spec::new(&[], out.dtype).mlir();
+        let name = e.fresh();
+        let (a, b, r) = (e.fresh(), e.fresh(), e.fresh());
+        let _ = write!(
+            e.body,
+            concat!(
+                "    {name} = \"stablehlo.scatter\"({dst}, {full}, {upd}) ({{\n",
+                "    ^bb0({a}: {t}, {b}: {t}):\n",
+                "      {r} = \"stablehlo.add\"({a}, {b}) : ({t}, {t}) -> {t}\n",
+                "      \"stablehlo.return\"({r}) : ({t}) -> ()\n",
+                "    }}) {{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [{all}], ",
+                "scatter_dims_to_operand_dims = [{all}], index_vector_dim = {rank}>, indices_are_sorted = false, ",
+                "unique_indices = false}} : ({dt}, {ft}, {ut}) -> {dt}\n"
+            ),
+            name = name,
+            dst = dst.name,
+            full = full.name,
+            upd = updates.name,
+            a = a,
+            b = b,
+            r = r,
+            t = t,
+            all = all,
+            rank = rank,
+            dt = out.mlir(),
+            ft = full.spec.mlir(),
+            ut = updates.spec.mlir(),
+        );
+        Value { name, spec: out.clone() }
+    }
+    fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
+        // The input passes through; each used source element gets the gradient where it landed.
+        let (idx, src) = (x[1], x[2]);
+        let picked = T::apply(Op::Gather(Gather { dim: self.dim, check: false }), &[g, idx], None)?;
+        let src_grad = if picked.shape_of() == src.shape_of() {
+            picked
+        } else {
+            // Source elements the indices do not cover get zero.
+            let rank = src.rank_of();
+            let high: Dims = (0..rank).map(|d| src.shape_of()[d] - idx.shape_of()[d]).collect();
+            let pad = super::movement::Pad {
+                low: smallvec::smallvec![0; rank],
+                high,
+                interior: smallvec::smallvec![0; rank],
+            };
+            T::apply(Op::Pad(pad), &[&picked], None)?
+        };
+        Ok(smallvec::smallvec![Some(g.clone()), None, Some(src_grad)])
+    }
+    fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
+        self.check.then(|| IndexCheck { dim: self.dim, size: inputs[0].shape[self.dim] })
+    }
+}
+
 /// The [`IndexCheck`] result, `i64[2]`: the position of the first of the `wrapped` indices
 /// outside `[0, size)`, or -1, and that index as given (`raw`).
 fn emit_index_check(e: &mut Emitter, wrapped: &Value, raw: &Value, size: &Value) -> Value {
@@ -191,8 +398,40 @@ fn emit_index_check(e: &mut Emitter, wrapped: &Value, raw: &Value, size: &Value)
     e.op("stablehlo.concatenate", &[&pos, &index], "dimension = 0 : i64", &Spec::new(&[2], DType::I64))
 }
 
+/// Whether indices must be checked on the device: an error now for host indices out of
+/// `-size..size`, else `true` unless traced (traced indices have no values yet).
+fn device_check<T: Operand>(op: &'static str, x: &T, dim: usize, indices: &T) -> Result<bool> {
+    let size = x.shape_of()[dim];
+    match indices.host_bounds() {
+        Some((lo, hi)) => {
+            let bad = if hi >= size as i64 { hi } else { lo };
+            if lo <= hi && (lo < -(size as i64) || hi >= size as i64) {
+                return Err(Error::invalid(op, IndexCheck { dim, size }.message(bad)));
+            }
+            Ok(false)
+        }
+        None => Ok(!indices.is_traced() && !x.is_traced()),
+    }
+}
+
 /// The indexing ops, built on any [`Operand`] (the `Tensor` methods of the same names).
 pub(crate) trait IndexOps: Operand {
+    fn gather(&self, dim: isize, indices: &Self) -> Result<Self> {
+        let d = self.dim("gather", dim)?;
+        // The shape rule first: a bound check needs the dim to exist.
+        Gather { dim: d, check: false }.infer(&[self.spec().clone(), indices.spec().clone()])?;
+        let check = device_check("gather", self, d, indices)?;
+        Self::apply(Op::Gather(Gather { dim: d, check }), &[self, indices], None)
+    }
+
+    fn scatter_add(&self, dim: isize, indices: &Self, src: &Self) -> Result<Self> {
+        let d = self.dim("scatter_add", dim)?;
+        let specs = [self.spec().clone(), indices.spec().clone(), src.spec().clone()];
+        ScatterAdd { dim: d, check: false }.infer(&specs)?;
+        let check = device_check("scatter_add", self, d, indices)?;
+        Self::apply(Op::ScatterAdd(ScatterAdd { dim: d, check }), &[self, indices, src], None)
+    }
+
     /// Indices from the host (with known bounds) are checked here, at once; others on the
     /// device, reported by the next read of a result that depends on this one.
     fn index_select(&self, dim: isize, indices: &Self) -> Result<Self> {
@@ -230,6 +469,32 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("-> tensor<2x3xf32>"), "{m}");
+    }
+
+    #[test]
+    fn gather_reads_full_coordinates_of_every_element() {
+        let m = module(Gather { dim: 1, check: false }, &[f32s(&[4, 3]), Spec::new(&[2, 2], DType::I32)]);
+        assert!(m.contains("iota_dimension = 0") && m.contains("dimension = 2 : i64"), "{m}");
+        assert!(
+            m.contains("collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 2"),
+            "{m}"
+        );
+        assert!(m.contains("slice_sizes = array<i64: 1, 1>") && m.contains("-> tensor<2x2xf32>"), "{m}");
+    }
+
+    #[test]
+    fn scatter_add_adds_in_its_region_and_slices_a_larger_source() {
+        let specs = [f32s(&[4, 3]), Spec::new(&[2, 3], DType::I64), f32s(&[3, 3])];
+        let m = module(ScatterAdd { dim: 0, check: true }, &specs);
+        assert!(m.contains("\"stablehlo.scatter\"") && m.contains("\"stablehlo.add\""), "{m}");
+        assert!(m.contains("limit_indices = array<i64: 2, 3>"), "the source is cut to the indices: {m}");
+        assert!(m.contains("-> (tensor<4x3xf32>, tensor<2xi64>)"), "with its check: {m}");
+        let e = ScatterAdd { dim: 0, check: false }.infer(&[
+            f32s(&[4, 3]),
+            Spec::new(&[2, 3], DType::I64),
+            f32s(&[1, 3]),
+        ]);
+        assert!(e.unwrap_err().to_string().contains("larger than"), "indices larger than the source");
     }
 
     #[test]

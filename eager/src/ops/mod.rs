@@ -36,7 +36,7 @@ pub use elementwise::{Binary, Cast, Compare, Triangle, Unary, Where};
 pub(crate) use emit::Emitter;
 use emit::Value;
 pub(crate) use index::IndexCheck;
-pub use index::IndexSelect;
+pub use index::{Gather, IndexSelect, ScatterAdd};
 pub use matmul::Matmul;
 pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
 pub use random::{Dist, Random};
@@ -147,6 +147,8 @@ ops! {
     Pad(Pad),
     Concat(Concat),
     IndexSelect(IndexSelect),
+    Gather(Gather),
+    ScatterAdd(ScatterAdd),
     Fill(Fill),
     Arange(Arange),
     Eye(Eye),

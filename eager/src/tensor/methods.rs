@@ -156,6 +156,9 @@ forward! {
     /// Log-softmax along `dim`, composed: `x - max - log(sum(exp(x - max)))`.
     log_softmax(dim: isize) => CompositeOps;
 
+    /// `value` (converted to this dtype) where the bool `mask` is true, else `self`; the mask
+    /// broadcasts (torch's `masked_fill`).
+    masked_fill(mask: &Tensor, value: f64) => CompositeOps;
     /// `x * x`.
     square() => CompositeOps;
     /// `x * sigmoid(x)` (SiLU, swish).
@@ -195,6 +198,16 @@ forward! {
     /// reshapes of it), else checked on the device and reported by the next read of a result
     /// that depends on this one (as other failures on the device are).
     index_select(dim: isize, indices: &Tensor) => IndexOps;
+    /// Elements picked along `dim` by `indices` of the same rank (torch's `gather`, NumPy's
+    /// `take_along_axis`): `out[i][j] = self[indices[i][j]][j]` for `dim` 0; the result has the
+    /// shape of `indices`, which may be smaller than `self` outside `dim`. Negative indices
+    /// count from the end; out of range ones are errors, as for [`Tensor::index_select`].
+    gather(dim: isize, indices: &Tensor) => IndexOps;
+    /// `self` with `src`'s elements added at the places `indices` names along `dim` (torch's
+    /// `scatter_add`): `out[indices[i][j]][j] += src[i][j]` for `dim` 0, repeated indices adding
+    /// up. Only the part of `src` the shape of `indices` covers takes part. Negative indices
+    /// count from the end; out of range ones are errors.
+    scatter_add(dim: isize, indices: &Tensor, src: &Tensor) => IndexOps;
 }
 
 impl Tensor {

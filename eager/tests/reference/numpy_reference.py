@@ -150,6 +150,8 @@ def compute(op, a, x):
         v = x[0].reshape(1) if x[0].ndim == 0 else x[0]
         # In the input's dtype (NumPy would widen ints); halves arrive as float32 already.
         return fn(v, axis=a["dim"], dtype=v.dtype).reshape(x[0].shape)
+    if op == "masked_fill":
+        return np.where(x[1], np.asarray(a["value"]).astype(x[0].dtype), x[0])
     if op == "clamp":
         return clamp(x[0], a["min"], a["max"])
     if op == "tril":
@@ -183,6 +185,19 @@ def compute(op, a, x):
     if op == "index_select":
         # np.take: negative indices wrap, out-of-range ones raise IndexError.
         return np.take(x[0], x[1], axis=a["dim"])
+    if op == "gather":
+        # torch.gather: the index may be smaller than the input outside `dim`.
+        d, idx = a["dim"], x[1]
+        part = x[0][tuple(slice(0, n) if k != d else slice(None) for k, n in enumerate(idx.shape))]
+        return np.take_along_axis(part, idx.astype(np.int64), axis=d)
+    if op == "scatter_add":
+        d, idx = a["dim"], x[1].astype(np.int64)
+        out = x[0].copy()
+        grid = list(np.indices(idx.shape))
+        grid[d] = idx
+        src = x[2][tuple(slice(0, n) for n in idx.shape)]
+        np.add.at(out, tuple(grid), src)
+        return out
     if op == "embedding":
         return np.take(x[0], x[1], axis=0)
     if op == "cast":
