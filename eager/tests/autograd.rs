@@ -385,6 +385,16 @@ fn gather_and_scatter_add_route_gradients_to_the_indexed_places() {
 }
 
 #[test]
+fn sort_and_topk_send_the_gradient_to_where_the_values_were() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    for descending in [false, true] {
+        check_gradients("sort", |a| Ok(a[0].sort(1, descending)?.0), vec![distinct(&mut rng, &[3, 4])]);
+    }
+    check_gradients("topk", |a| Ok(a[0].topk(2, 0, true)?.0), vec![distinct(&mut rng, &[4, 3])]);
+}
+
+#[test]
 fn cat_splits_the_gradient() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);

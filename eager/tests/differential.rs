@@ -340,6 +340,39 @@ fn unary_cases(s: &mut Suite, rng: &mut StdRng) {
         let x = draw(rng, d, &[4, 6], Draw::Mixed);
         s.add("cumsum", json!({"dim": 1}), vec![x], d, COMPOSITE, |t| t[0].cumsum(1));
     }
+    for &d in ALL {
+        for (dim, shape) in
+            [(1isize, &[3usize, 5][..]), (0, &[6][..]), (-1, &[2, 2, 4]), (0, &[]), (1, &[2, 0])]
+        {
+            if shape != [3, 5] && !matches!(d, DType::F32 | DType::I32) {
+                continue;
+            }
+            // Few distinct values, so that ties show whether the sort is stable.
+            let how = if d.is_float() { Draw::Mixed } else { Draw::Range(-2.0, 2.0) };
+            let x = draw(rng, d, shape, how);
+            for descending in [false, true] {
+                let a = json!({"dim": dim, "descending": descending});
+                s.add("argsort", a.clone(), vec![x.clone()], DType::I64, EXACT, move |t| {
+                    t[0].argsort(dim, descending)
+                });
+                s.add("sort_values", a, vec![x.clone()], d, EXACT, move |t| {
+                    Ok(t[0].sort(dim, descending)?.0)
+                });
+            }
+        }
+    }
+    for &d in &[DType::F32, DType::I64, DType::BF16] {
+        let x = draw(rng, d, &[3, 6], Draw::Mixed);
+        for (k, largest) in [(2usize, true), (3, false), (0, true), (6, true)] {
+            let a = json!({"dim": 1, "k": k, "largest": largest});
+            s.add("topk_values", a.clone(), vec![x.clone()], d, EXACT, move |t| {
+                Ok(t[0].topk(k, 1, largest)?.0)
+            });
+            s.add("topk_indices", a, vec![x.clone()], DType::I64, EXACT, move |t| {
+                Ok(t[0].topk(k, 1, largest)?.1)
+            });
+        }
+    }
     for &d in NUMERIC {
         let x = draw(rng, d, &[3, 4], Draw::Mixed);
         let mask = draw(rng, DType::Bool, &[1, 4], Draw::Mixed);

@@ -215,6 +215,19 @@ fn coordinates(e: &mut Emitter, idx: &Value, dim: usize, size: usize, check: boo
     e.op("stablehlo.concatenate", &refs, &format!("dimension = {rank} : i64"), &full)
 }
 
+/// With `check`, the result of a check that found nothing (for an op with no indices to check).
+fn passed_check(e: &mut Emitter, check: bool) {
+    if check {
+        let flag = e.op(
+            "stablehlo.constant",
+            &[],
+            "value = dense<[-1, 0]> : tensor<2xi64>",
+            &Spec::new(&[2], DType::I64),
+        );
+        e.extra.push(flag);
+    }
+}
+
 impl OpDef for Gather {
     fn name(&self) -> &'static str {
         "gather"
@@ -230,6 +243,12 @@ impl OpDef for Gather {
     fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
         let (src, idx) = (&x[0], &x[1]);
         let rank = src.spec.rank();
+        if out.numel() == 0 || src.spec.numel() == 0 {
+            // Nothing to pick (and a gather of an empty dim is malformed): the empty result.
+            passed_check(e, self.check);
+            let zero = e.constant(&Spec::new(&[], out.dtype), 0.0);
+            return e.broadcast(&zero, &out.shape);
+        }
         let full = coordinates(e, idx, self.dim, src.spec.shape[self.dim], self.check);
         let all = list(0..rank);
         let attr = format!(
@@ -270,6 +289,10 @@ impl OpDef for ScatterAdd {
     fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
         let (dst, idx, src) = (&x[0], &x[1], &x[2]);
         let rank = dst.spec.rank();
+        if idx.spec.numel() == 0 || dst.spec.numel() == 0 {
+            passed_check(e, self.check);
+            return dst.clone(); // nothing to add
+        }
         let full = coordinates(e, idx, self.dim, dst.spec.shape[self.dim], self.check);
         // Only the part of the source the indices cover takes part (as torch).
         let updates = if src.spec.shape == idx.spec.shape {

@@ -21,6 +21,7 @@ pub mod movement;
 pub mod random;
 pub mod reduce;
 pub mod scan;
+pub mod sort;
 
 use smallvec::SmallVec;
 
@@ -42,6 +43,7 @@ pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
 pub use random::{Dist, Random};
 pub use reduce::{Reduce, ReduceKind};
 pub use scan::{Scan, ScanKind};
+pub use sort::Argsort;
 
 /// Dims of an attribute (inline up to 4).
 pub type Dims = SmallVec<[usize; 4]>;
@@ -140,6 +142,7 @@ ops! {
     Reduce(Reduce),
     /// A running sum or product along a dim.
     Scan(Scan),
+    Argsort(Argsort),
     Reshape(Reshape),
     Permute(Permute),
     BroadcastTo(BroadcastTo),

@@ -10,6 +10,7 @@ use crate::ops::matmul::MatmulOps;
 use crate::ops::movement::MovementOps;
 use crate::ops::reduce::{ReduceKind, ReduceOps};
 use crate::ops::scan::ScanOps;
+use crate::ops::sort::SortOps;
 
 use super::Tensor;
 
@@ -220,6 +221,24 @@ impl Tensor {
     /// Index (i64) of the smallest value along `dim`; as [`Tensor::argmax`].
     pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         self.arg_reduce(ReduceKind::ArgMin, dim, keepdim)
+    }
+
+    /// The positions (i64) that sort `self` along `dim`, stably (equal elements keep their
+    /// order); NaN sorts as the largest value, as in torch.
+    pub fn argsort(&self, dim: isize, descending: bool) -> Result<Tensor> {
+        SortOps::argsort(self, dim, descending)
+    }
+
+    /// The values sorted along `dim` (stably, NaN largest) and the positions they came from
+    /// (torch's `sort`). The gradient flows to the values' places.
+    pub fn sort(&self, dim: isize, descending: bool) -> Result<(Tensor, Tensor)> {
+        SortOps::sort(self, dim, descending)
+    }
+
+    /// The `k` largest (`largest`) or smallest values along `dim`, in order, and their
+    /// positions (torch's `topk`); of equal values the earlier comes first.
+    pub fn topk(&self, k: usize, dim: isize, largest: bool) -> Result<(Tensor, Tensor)> {
+        SortOps::topk(self, k, dim, largest)
     }
 
     /// Joins tensors along `dim`.

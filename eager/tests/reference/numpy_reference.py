@@ -105,6 +105,22 @@ def erf(x):
     return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
 
 
+def stable_order(v, d, descending):
+    """The positions sorting `v` along `d` stably, NaN as the largest value (as torch)."""
+    exact = int if v.dtype.kind in "iub" else float
+
+    def lane_order(lane):
+        def key(i):
+            nan = lane.dtype.kind == "f" and np.isnan(lane[i])
+            value = 0 if nan else exact(lane[i])
+            return (0 if nan else 1, -value) if descending else (1 if nan else 0, value)
+        return np.array(sorted(range(len(lane)), key=key), dtype=np.int64)
+
+    if v.shape[d] == 0:
+        return np.zeros(v.shape, np.int64)
+    return np.apply_along_axis(lane_order, d, v)
+
+
 def clamp(x, lo, hi):
     # torch: max(x, lo) then min(., hi), so lo > hi gives hi; NaN stays NaN. A bound outside an
     # int dtype's range bounds nothing on that side (the true clamp), not a wrapped value.
@@ -150,6 +166,15 @@ def compute(op, a, x):
         v = x[0].reshape(1) if x[0].ndim == 0 else x[0]
         # In the input's dtype (NumPy would widen ints); halves arrive as float32 already.
         return fn(v, axis=a["dim"], dtype=v.dtype).reshape(x[0].shape)
+    if op in ("argsort", "sort_values", "topk_values", "topk_indices"):
+        d = a["dim"]
+        v = x[0].reshape(1) if x[0].ndim == 0 else x[0]
+        idx = stable_order(v, d, a.get("descending", a.get("largest", False)))
+        if op.startswith("topk"):
+            idx = np.take(idx, np.arange(a["k"]), axis=d)
+        if op in ("argsort", "topk_indices"):
+            return idx.reshape(x[0].shape) if x[0].ndim == 0 else idx
+        return np.take_along_axis(v, idx, axis=d).reshape(idx.shape if x[0].ndim else ())
     if op == "masked_fill":
         return np.where(x[1], np.asarray(a["value"]).astype(x[0].dtype), x[0])
     if op == "clamp":
