@@ -13,11 +13,13 @@ pub(crate) mod emit;
 
 pub mod call;
 pub(crate) mod composite;
+pub mod conv;
 pub mod create;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
 pub mod movement;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 
@@ -30,6 +32,7 @@ use crate::shape::{broadcast_shapes, resolve_dim, Shape, Spec};
 
 pub(crate) use call::ValueDef;
 pub use call::{Call, Program};
+pub use conv::{Conv, Flip, Padding};
 pub use create::{Arange, Eye, Fill};
 pub use elementwise::{Binary, Cast, Compare, Unary, Where};
 pub(crate) use emit::Emitter;
@@ -38,6 +41,7 @@ pub(crate) use index::IndexCheck;
 pub use index::IndexSelect;
 pub use matmul::Matmul;
 pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
+pub use pool::{MaxPoolGrad, Pool, PoolKind};
 pub use random::{Dist, Random};
 pub use reduce::{Reduce, ReduceKind};
 
@@ -133,6 +137,14 @@ ops! {
     Cast(Cast),
     /// Batched matrix product, `[..., m, k] x [..., k, n]` with broadcast batch dims.
     Matmul(Matmul),
+    /// Convolution, NCHW input and OIHW weight as torch (1-D and 2-D spatial dims).
+    Conv(Conv),
+    /// Reverses the order of elements along dims.
+    Flip(Flip),
+    /// Max or sum over windows (`reduce_window`).
+    Pool(Pool),
+    /// Max pooling's gradient (`select_and_scatter`).
+    MaxPoolGrad(MaxPoolGrad),
     Reduce(Reduce),
     Reshape(Reshape),
     Permute(Permute),

@@ -4,10 +4,12 @@
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::composite::CompositeOps;
+use crate::ops::conv::{ConvOps, Padding};
 use crate::ops::elementwise::ElementwiseOps;
 use crate::ops::index::IndexOps;
 use crate::ops::matmul::MatmulOps;
 use crate::ops::movement::MovementOps;
+use crate::ops::pool::PoolOps;
 use crate::ops::reduce::{ReduceKind, ReduceOps};
 
 use super::Tensor;
@@ -122,6 +124,34 @@ forward! {
     sum_all() => ReduceOps;
     /// Mean of all elements, as a 0-d tensor.
     mean_all() => ReduceOps;
+
+    // ----- convolution (ops/conv.rs) -----------------------------------------------------------
+    /// 1-D convolution as torch's `conv1d`: input `[N, C, L]`, weight `[O, C / groups, k]`,
+    /// output `[N, O, L_out]`; `padding` is `p.into()` (zeros on both sides) or
+    /// `Padding::Same` (stride 1 only). No bias: add it (broadcast as `[O, 1]`). f16 and bf16
+    /// accumulate in f32.
+    conv1d(weight: &Tensor, stride: usize, padding: Padding, dilation: usize, groups: usize) => ConvOps;
+    /// 2-D convolution as torch's `conv2d`: input `[N, C, H, W]`, weight
+    /// `[O, C / groups, kh, kw]`, output `[N, O, H_out, W_out]`; `padding` is
+    /// `[ph, pw].into()`, `p.into()` or `Padding::Same` (stride 1 only). No bias: add it
+    /// (broadcast as `[O, 1, 1]`). f16 and bf16 accumulate in f32.
+    conv2d(weight: &Tensor, stride: [usize; 2], padding: Padding, dilation: [usize; 2], groups: usize) => ConvOps;
+    /// Reverses the order of elements along `dims`.
+    flip(dims: &[isize]) => ConvOps;
+
+    // ----- pooling (ops/pool.rs) ---------------------------------------------------------------
+    /// Max over `kernel` windows of the last two dims (`[C, H, W]` or `[N, C, H, W]`), as
+    /// torch's `max_pool2d`: `stride` defaults (`None`) to the kernel, padding (at most half
+    /// the kernel) counts as -inf. NaN propagates. The gradient goes to one argmax per window
+    /// (the first in row-major order).
+    max_pool2d(kernel: [usize; 2], stride: Option<[usize; 2]>, padding: [usize; 2]) => PoolOps;
+    /// Mean over `kernel` windows of the last two dims, as torch's `avg_pool2d` with
+    /// `count_include_pad=True`: padding zeros count in the mean. `stride` defaults to the
+    /// kernel.
+    avg_pool2d(kernel: [usize; 2], stride: Option<[usize; 2]>, padding: [usize; 2]) => PoolOps;
+    /// Average pooling to an `[oh, ow]` output: `[1, 1]` is the mean over H and W; other
+    /// sizes must divide H and W (torch's uneven windows are not supported).
+    adaptive_avg_pool2d(output: [usize; 2]) => PoolOps;
 
     // ----- composites (ops/composite.rs) -------------------------------------------------------
     /// Softmax along `dim`, composed: `exp(x - max) / sum(exp(x - max))`.

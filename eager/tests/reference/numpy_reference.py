@@ -100,6 +100,44 @@ def cross_entropy(logits, targets):
     return -np.mean(ls[np.arange(n), targets])
 
 
+def conv(x, w, a):
+    """torch's convolution (NCHW input, OIHW weight) in plain NumPy: a sum over kernel taps."""
+    stride, pads, dil, groups = a["stride"], a["padding"], a["dilation"], a["groups"]
+    ns = x.ndim - 2
+    n, c = x.shape[:2]
+    o, k = w.shape[0], w.shape[2:]
+    if c != groups * w.shape[1] or o % groups:
+        raise ValueError(f"channels {c} vs weight {w.shape} with groups {groups}")
+    xp = np.pad(x, [(0, 0), (0, 0)] + [tuple(p) for p in pads])
+    out = [(xp.shape[2 + d] - dil[d] * (k[d] - 1) - 1) // stride[d] + 1 for d in range(ns)]
+    if any(s <= 0 for s in out):
+        raise ValueError("kernel larger than the padded input")
+    r = np.zeros((n, o, *out), dtype=x.dtype)
+    cg, og = c // groups, o // groups
+    for g in range(groups):
+        xs, ws = xp[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og]
+        for tap in np.ndindex(*k):
+            win = tuple(slice(tap[d] * dil[d], tap[d] * dil[d] + stride[d] * (out[d] - 1) + 1, stride[d])
+                        for d in range(ns))
+            patch = xs[(slice(None), slice(None)) + win]
+            r[:, g * og:(g + 1) * og] += np.einsum("nc...,oc->no...", patch, ws[(slice(None), slice(None)) + tap])
+    return r
+
+
+def pool2d(x, a, kind):
+    """Max or average pooling over the last two dims; padding is -inf (max) or zeros that
+    count in the mean (torch's count_include_pad=True)."""
+    k, s, p = a["kernel"], a["stride"], a["padding"]
+    fill = -np.inf if kind == "max" else 0
+    xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(p[0], p[0]), (p[1], p[1])], constant_values=fill)
+    out = [(xp.shape[x.ndim - 2 + d] - k[d]) // s[d] + 1 for d in range(2)]
+    taps = [xp[..., i:i + s[0] * (out[0] - 1) + 1:s[0], j:j + s[1] * (out[1] - 1) + 1:s[1]]
+            for i in range(k[0]) for j in range(k[1])]
+    if kind == "max":
+        return np.max(np.stack(taps), axis=0)
+    return np.sum(np.stack(taps), axis=0, dtype=x.dtype) / x.dtype.type(k[0] * k[1])
+
+
 UNARY = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
@@ -158,6 +196,10 @@ def compute(op, a, x):
         return np.eye(a["n"], a["m"], dtype=NP[a["dtype"]])
     if op == "full":
         return np.full(a["shape"], a["value"], dtype=NP[a["dtype"]])
+    if op in ("conv1d", "conv2d"):
+        return conv(x[0], x[1], a)
+    if op in ("max_pool2d", "avg_pool2d"):
+        return pool2d(x[0], a, op[:3])
     if op == "cross_entropy":
         return cross_entropy(x[0], x[1])
     if op == "mse":
@@ -172,6 +214,10 @@ def magnitude(op, a, x):
         return reduce(op, ax[0], a)
     if op == "matmul":
         return np.matmul(ax[0], ax[1])
+    if op in ("conv1d", "conv2d"):
+        return conv(ax[0], ax[1], a)
+    if op == "avg_pool2d":
+        return pool2d(ax[0], a, "avg")
     if op in ("softmax", "log_softmax", "cross_entropy", "mse"):
         return None
     return None
