@@ -606,6 +606,27 @@ fn conv1d_and_conv2d_with_stride_padding_dilation_and_groups() {
 }
 
 #[test]
+fn conv_transpose2d_with_stride_padding_output_padding_dilation_and_groups() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    // (input, weight [C_in, C_out/G, kh, kw], stride, padding, output_padding, dilation, groups)
+    type Case = (&'static [usize], &'static [usize], usize, usize, usize, usize, usize);
+    let cases: &[Case] = &[
+        (&[2, 2, 3, 4], &[2, 3, 3, 2], 1, 0, 0, 1, 1),
+        (&[1, 2, 3, 3], &[2, 2, 3, 3], 2, 1, 1, 1, 1),
+        (&[1, 4, 3, 2], &[4, 1, 2, 3], 2, 1, 0, 2, 2),
+    ];
+    for &(xs, ws, s, p, op, d, g) in cases {
+        let (x, w) = (uniform(&mut rng, xs, -1.0, 1.0), uniform(&mut rng, ws, -1.0, 1.0));
+        check_gradients(
+            "conv_transpose2d",
+            |t| t[0].conv_transpose2d(&t[1], [s, s], [p, p], [op, op], [d, d], g),
+            vec![x, w],
+        );
+    }
+}
+
+#[test]
 fn max_and_avg_pool2d() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);

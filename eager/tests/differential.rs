@@ -723,6 +723,26 @@ fn conv_cases(s: &mut Suite, rng: &mut StdRng) {
     s.note("specials");
 }
 
+fn conv_transpose_cases(s: &mut Suite, rng: &mut StdRng) {
+    // (input, weight [C_in, C_out/G, kh, kw], stride, padding, output_padding, dilation, groups)
+    type Case = (&'static [usize], &'static [usize], usize, usize, usize, usize, usize);
+    let cases: &[Case] = &[
+        (&[2, 3, 4, 5], &[3, 2, 3, 3], 1, 0, 0, 1, 1),
+        (&[2, 3, 4, 4], &[3, 2, 3, 3], 2, 1, 1, 1, 1),
+        (&[2, 4, 3, 4], &[4, 3, 2, 3], 2, 1, 0, 2, 2),
+    ];
+    for &(xs, ws, st, p, op, dil, groups) in cases {
+        let attrs = json!({"stride": [st, st], "padding": [p, p], "output_padding": [op, op],
+            "dilation": [dil, dil], "groups": groups});
+        for &d in FLOATS {
+            let (x, w) = (draw(rng, d, xs, Draw::Normal), draw(rng, d, ws, Draw::Normal));
+            s.add("conv_transpose2d", attrs.clone(), vec![x, w], d, EXACT, move |t| {
+                t[0].conv_transpose2d(&t[1], [st; 2], [p; 2], [op; 2], [dil; 2], groups)
+            });
+        }
+    }
+}
+
 fn pool_cases(s: &mut Suite, rng: &mut StdRng) {
     type PoolCase = (&'static [usize], [usize; 2], Option<[usize; 2]>, [usize; 2]);
     let cases: &[PoolCase] = &[
@@ -921,6 +941,7 @@ fn every_op_matches_numpy() {
     wrapper_cases(&mut suite, &mut rng);
     loss_cases(&mut suite, &mut rng);
     conv_cases(&mut suite, &mut rng);
+    conv_transpose_cases(&mut suite, &mut rng);
     pool_cases(&mut suite, &mut rng);
     let cases = suite.cases;
 

@@ -1141,6 +1141,19 @@ fn bad_convolutions_and_pools_are_errors_naming_the_op() -> Result<()> {
     assert_err("conv1d", xf.conv1d(&Tensor::zeros(&[1, 2, 3], DType::F32)?, 0, 0.into(), 1, 1));
     assert_err("conv1d", xf.conv1d(&Tensor::zeros(&[1, 2, 3], DType::F32)?, 1, [1, 1].into(), 1, 1));
 
+    // Transposed convolutions: channel mismatch, padding beyond the kernel, output padding.
+    let wt = Tensor::zeros(&[3, 2, 3, 3], DType::F32)?;
+    let e = x.conv_transpose2d(&wt, [1, 1], [0, 0], [0, 0], [1, 1], 1).unwrap_err().to_string();
+    assert!(e.starts_with("conv_transpose2d: ") && e.contains("[3, 2, 3, 3]"), "{e}");
+    let w4 = Tensor::zeros(&[4, 2, 3, 3], DType::F32)?;
+    assert_err("conv_transpose2d", x.conv_transpose2d(&w4, [1, 1], [3, 0], [0, 0], [1, 1], 1));
+    assert_err("conv_transpose2d", x.conv_transpose2d(&w4, [2, 2], [0, 0], [2, 0], [1, 1], 1));
+    assert_err("conv_transpose2d", x.conv_transpose2d(&w4, [1, 1], [0, 0], [0, 0], [1, 1], 3));
+    assert_err(
+        "conv_transpose2d",
+        x.conv_transpose2d(&Tensor::zeros(&[4, 2, 3], DType::F32)?, [1, 1], [0, 0], [0, 0], [1, 1], 1),
+    );
+
     // Pools.
     assert_err("max_pool2d", x.max_pool2d([8, 2], None, [1, 0]));
     assert_err("max_pool2d", x.max_pool2d([2, 2], None, [2, 0]));

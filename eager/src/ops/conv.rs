@@ -11,8 +11,11 @@
 //!   features, batch as input features), stride `d`, kernel dilation `s`, padding
 //!   `(lo, hi - r)` and `batch_group_count = G`; its `[C/G, O, *k]` result is transposed.
 //!
-//! The convolutions the gradients build (`lhs_dilation` or `batch_groups` other than 1) have
-//! no gradient of their own (second-order gradients of conv are an error).
+//! Both also hold for an input dilation `a` (`lhs_dilation`, what `conv_transpose` uses): the
+//! input gradient's window stride is `a`, the weight gradient dilates the input by `a`. A
+//! negative padding crops instead (elements dropped). The weight gradient's convolution
+//! (`batch_groups` other than 1) has no gradient of its own (second-order weight gradients are
+//! an error).
 
 use crate::error::{Error, Result};
 use crate::shape::{Shape, Spec};
@@ -196,86 +199,101 @@ impl OpDef for Conv {
         }
     }
 
-    fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>> {
-        if self.lhs_dilation.iter().any(|&d| d != 1) || self.batch_groups != 1 {
+    fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
+        if self.batch_groups != 1 {
             return Err(Error::invalid(
                 self.name(),
-                "no gradient of a dilated-input or batch-grouped convolution (second-order conv gradients)",
+                "no gradient of a batch-grouped convolution (second-order conv gradients)",
             ));
         }
         let (input, weight) = (x[0], x[1]);
-        let (xs, ws, os) = (input.shape_of().to_vec(), weight.shape_of().to_vec(), out.shape_of().to_vec());
+        let (xs, ws, gs) = (input.shape_of().to_vec(), weight.shape_of().to_vec(), g.shape_of().to_vec());
         let ns = xs.len() - 2;
         let groups = self.groups;
         let (c, o, i) = (xs[1], ws[0], ws[1]);
-        // The tail of each padded input that no window reached.
-        let tail: Vec<usize> = (0..ns)
-            .map(|d| {
-                let padded = xs[2 + d] + self.padding[d][0] + self.padding[d][1];
-                let dk = (ws[2 + d] - 1) * self.dilation[d] + 1;
-                (padded - dk) % self.stride[d]
-            })
-            .collect();
+        let (s, a, dl) = (&self.stride, &self.lhs_dilation, &self.dilation);
 
-        // Input gradient: g (dilated by the stride) convolved with the flipped weight whose
-        // in/out channels are swapped within each group: [O, I, k] -> [G*I, O/G, k].
+        // Input gradient: g dilated by the stride, convolved with the flipped weight whose
+        // in/out channels are swapped within each group ([O, I, k] -> [G*I, O/G, k]), window
+        // stride = the input dilation, padding ((k-1)d - lo, (n-1)a - (L-1)s + lo).
         let mut wt_shape = vec![groups as isize, (o / groups) as isize, i as isize];
         wt_shape.extend(ws[2..].iter().map(|&k| k as isize));
         let mut flat = vec![c as isize, (o / groups) as isize];
         flat.extend(ws[2..].iter().map(|&k| k as isize));
         let spatial: Vec<isize> = (2..2 + ns as isize).collect();
         let wt = weight.reshape(&wt_shape)?.transpose(1, 2)?.reshape(&flat)?.flip(&spatial)?;
+        let mut gg = g.clone();
         let mut pads = Pads::new();
-        let mut crop = Vec::new();
         for d in 0..ns {
-            let reach = ((ws[2 + d] - 1) * self.dilation[d]) as isize;
+            let reach = ((ws[2 + d] - 1) * dl[d]) as isize;
             let lo = reach - self.padding[d][0] as isize;
-            let hi = reach - self.padding[d][1] as isize + tail[d] as isize;
-            // Negative padding (padding beyond the kernel's reach) crops the result instead.
-            pads.push([lo.max(0) as usize, hi.max(0) as usize]);
-            crop.push((-lo).max(0) as usize);
+            let hi = ((xs[2 + d] - 1) * a[d]) as isize - ((gs[2 + d] - 1) * s[d]) as isize
+                + self.padding[d][0] as isize;
+            let (t, p) = trim(&gg, 2 + d, s[d], lo, hi)?;
+            gg = t;
+            pads.push(p);
         }
-        let ones: Vec<usize> = (0..ns).map(|_| 1).collect();
         let gx_op = Conv {
-            stride: ones.clone(),
+            stride: a.clone(),
             padding: pads,
-            lhs_dilation: self.stride.clone(),
-            dilation: self.dilation.clone(),
+            lhs_dilation: s.clone(),
+            dilation: dl.clone(),
             groups,
             batch_groups: 1,
         };
-        let mut gx = T::apply(Op::Conv(gx_op), &[g, &wt], None)?;
-        for d in 0..ns {
-            if gx.shape_of()[2 + d] != xs[2 + d] {
-                gx = gx.narrow(2 + d as isize, crop[d], xs[2 + d])?;
-            }
-        }
+        let gx = T::apply(Op::Conv(gx_op), &[&gg, &wt], None)?;
 
-        // Weight gradient: channels as the batch, the batch as the contracted features.
+        // Weight gradient: channels as the batch, the batch as the contracted features; the
+        // input (dilated by a) is the lhs, g (dilated by the stride) the kernel, window stride
+        // d, padding (lo, hi - r) with r the tail no window reached.
         let mut xt = input.transpose(0, 1)?;
         let mut pads = Pads::new();
         for d in 0..ns {
-            let hi = self.padding[d][1] as isize - tail[d] as isize;
-            if hi < 0 {
-                // Drop the input tail no window used instead of padding negatively.
-                xt = xt.narrow(2 + d as isize, 0, (xs[2 + d] as isize + hi) as usize)?;
-            }
-            pads.push([self.padding[d][0], hi.max(0) as usize]);
+            let hi = ((ws[2 + d] - 1) * dl[d]) as isize + ((gs[2 + d] - 1) * s[d]) as isize
+                - ((xs[2 + d] - 1) * a[d]) as isize
+                - self.padding[d][0] as isize;
+            let (t, p) = trim(&xt, 2 + d, a[d], self.padding[d][0] as isize, hi)?;
+            xt = t;
+            pads.push(p);
         }
         let gt = g.transpose(0, 1)?;
         let gw_op = Conv {
-            stride: self.dilation.clone(),
+            stride: dl.clone(),
             padding: pads,
-            lhs_dilation: ones,
-            dilation: self.stride.clone(),
+            lhs_dilation: a.clone(),
+            dilation: s.clone(),
             groups: 1,
             batch_groups: groups,
         };
         let gw = T::apply(Op::Conv(gw_op), &[&xt, &gt], None)?.transpose(0, 1)?;
-        debug_assert_eq!(gw.shape_of(), ws.as_slice());
-        debug_assert_eq!(g.shape_of(), os.as_slice());
         Ok(smallvec::smallvec![Some(gx), Some(gw)])
     }
+}
+
+/// Padding `(lo, hi)` of `v` dilated by `dil` along `dim`, where a negative side (padding
+/// that crops) is done by dropping elements of `v` and padding the rest: the operand to use
+/// and the non-negative padding.
+fn trim<T: Operand>(v: &T, dim: usize, dil: usize, lo: isize, hi: isize) -> Result<(T, [usize; 2])> {
+    let mut v = v.clone();
+    let (mut lo, mut hi) = (lo, hi);
+    let dil = dil as isize;
+    let n = v.shape_of()[dim] as isize;
+    let (mut start, mut len) = (0, n);
+    if lo < 0 {
+        let q = (-lo + dil - 1) / dil;
+        start = q;
+        len -= q;
+        lo += q * dil;
+    }
+    if hi < 0 {
+        let q = (-hi + dil - 1) / dil;
+        len -= q;
+        hi += q * dil;
+    }
+    if start != 0 || len != n {
+        v = v.narrow(dim as isize, start as usize, len.max(0) as usize)?;
+    }
+    Ok((v, [lo as usize, hi as usize]))
 }
 
 /// Reverses the order of elements along `dims` (`stablehlo.reverse`).
@@ -411,6 +429,95 @@ pub(crate) trait ConvOps: Operand {
         groups: usize,
     ) -> Result<Self> {
         self.conv("conv2d", weight, &stride, &padding, &dilation, groups)
+    }
+
+    /// A transposed convolution (the input gradient of `conv` with these attributes): input
+    /// `[N, C_in, *n]`, weight `[C_in, C_out / groups, *k]` as torch, output length
+    /// `(n-1)s - 2p + d(k-1) + output_padding + 1`.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_transpose(
+        &self,
+        name: &'static str,
+        weight: &Self,
+        stride: &[usize],
+        padding: &[usize],
+        output_padding: &[usize],
+        dilation: &[usize],
+        groups: usize,
+    ) -> Result<Self> {
+        let ns = stride.len();
+        let (xs, ws) = (self.shape_of(), weight.shape_of());
+        if xs.len() != ns + 2 || ws.len() != ns + 2 {
+            return Err(Error::shape(
+                name,
+                format!(
+                    "needs an input [N, C_in, *spatial] and a weight [C_in, C_out/groups, *kernel] of rank {}, got input {xs:?} and weight {ws:?}",
+                    ns + 2
+                ),
+            ));
+        }
+        if groups == 0 || xs[1] != ws[0] || ws[0] % groups != 0 {
+            return Err(Error::shape(
+                name,
+                format!(
+                    "channel mismatch: the input {xs:?} has {} channels, the weight {ws:?} needs {} (divisible by groups={groups})",
+                    xs[1], ws[0]
+                ),
+            ));
+        }
+        if stride.contains(&0) || dilation.contains(&0) {
+            return Err(Error::invalid(name, "strides and dilations must be >= 1"));
+        }
+        let mut pads = Pads::new();
+        for d in 0..ns {
+            let reach = (ws[2 + d].max(1) - 1) * dilation[d];
+            if padding[d] > reach {
+                return Err(Error::invalid(
+                    name,
+                    format!("padding {padding:?} beyond dilation * (kernel - 1) = {reach} is not supported"),
+                ));
+            }
+            if output_padding[d] >= stride[d].max(dilation[d]) {
+                return Err(Error::invalid(
+                    name,
+                    format!(
+                        "output_padding {output_padding:?} must be smaller than the stride or the dilation"
+                    ),
+                ));
+            }
+            pads.push([reach - padding[d], reach - padding[d] + output_padding[d]]);
+        }
+        // [C_in, C_out/G, k] -> [G, C_in/G, C_out/G, k] -> [C_out, C_in/G, k], flipped.
+        let (cin, coutg) = (ws[0] as isize, ws[1] as isize);
+        let g = groups as isize;
+        let mut split = vec![g, cin / g, coutg];
+        split.extend(ws[2..].iter().map(|&k| k as isize));
+        let mut flat = vec![coutg * g, cin / g];
+        flat.extend(ws[2..].iter().map(|&k| k as isize));
+        let spatial: Vec<isize> = (2..2 + ns as isize).collect();
+        let w = weight.reshape(&split)?.transpose(1, 2)?.reshape(&flat)?.flip(&spatial)?;
+        let op = Conv {
+            stride: vec![1; ns],
+            padding: pads,
+            lhs_dilation: stride.to_vec(),
+            dilation: dilation.to_vec(),
+            groups,
+            batch_groups: 1,
+        };
+        Self::apply(Op::Conv(op), &[self, &w], None)
+    }
+
+    /// torch's `conv_transpose2d` (no bias).
+    fn conv_transpose2d(
+        &self,
+        weight: &Self,
+        stride: [usize; 2],
+        padding: [usize; 2],
+        output_padding: [usize; 2],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Result<Self> {
+        self.conv_transpose("conv_transpose2d", weight, &stride, &padding, &output_padding, &dilation, groups)
     }
 
     /// Reverses the order of elements along `dims`.

@@ -136,6 +136,12 @@ forward! {
     /// `[ph, pw].into()`, `p.into()` or `Padding::Same` (stride 1 only). No bias: add it
     /// (broadcast as `[O, 1, 1]`). f16 and bf16 accumulate in f32.
     conv2d(weight: &Tensor, stride: [usize; 2], padding: Padding, dilation: [usize; 2], groups: usize) => ConvOps;
+    /// Transposed 2-D convolution as torch's `conv_transpose2d`: input `[N, C_in, H, W]`,
+    /// weight `[C_in, C_out / groups, kh, kw]`, output size `(n-1)*stride - 2*padding +
+    /// dilation*(k-1) + output_padding + 1` per dim. It is `conv2d`'s input gradient: a
+    /// convolution of the input dilated by the stride with the flipped weight. `padding` must
+    /// be at most `dilation * (k - 1)`. No bias.
+    conv_transpose2d(weight: &Tensor, stride: [usize; 2], padding: [usize; 2], output_padding: [usize; 2], dilation: [usize; 2], groups: usize) => ConvOps;
     /// Reverses the order of elements along `dims`.
     flip(dims: &[isize]) => ConvOps;
 

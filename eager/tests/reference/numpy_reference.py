@@ -124,6 +124,27 @@ def conv(x, w, a):
     return r
 
 
+def conv_transpose(x, w, a):
+    """torch's conv_transpose (weight [C_in, C_out/groups, *k]): every input element adds
+    x * w at output position i*stride + tap*dilation - padding."""
+    stride, pad, opad, dil, groups = a["stride"], a["padding"], a["output_padding"], a["dilation"], a["groups"]
+    ns = x.ndim - 2
+    n, cin = x.shape[:2]
+    coutg, k = w.shape[1], w.shape[2:]
+    size = [(x.shape[2 + d] - 1) * stride[d] + dil[d] * (k[d] - 1) + 1 + opad[d] for d in range(ns)]
+    full = np.zeros((n, coutg * groups, *size), dtype=x.dtype)
+    cg = cin // groups
+    for g in range(groups):
+        xs, ws = x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg]
+        for tap in np.ndindex(*k):
+            win = tuple(slice(tap[d] * dil[d], tap[d] * dil[d] + stride[d] * (x.shape[2 + d] - 1) + 1, stride[d])
+                        for d in range(ns))
+            full[(slice(None), slice(g * coutg, (g + 1) * coutg)) + win] += np.einsum(
+                "nc...,co->no...", xs, ws[(slice(None), slice(None)) + tap])
+    out = [size[d] - 2 * pad[d] for d in range(ns)]
+    return full[(slice(None), slice(None)) + tuple(slice(pad[d], pad[d] + out[d]) for d in range(ns))]
+
+
 def pool2d(x, a, kind):
     """Max or average pooling over the last two dims; padding is -inf (max) or zeros that
     count in the mean (torch's count_include_pad=True)."""
@@ -198,6 +219,8 @@ def compute(op, a, x):
         return np.full(a["shape"], a["value"], dtype=NP[a["dtype"]])
     if op in ("conv1d", "conv2d"):
         return conv(x[0], x[1], a)
+    if op == "conv_transpose2d":
+        return conv_transpose(x[0], x[1], a)
     if op in ("max_pool2d", "avg_pool2d"):
         return pool2d(x[0], a, op[:3])
     if op == "cross_entropy":
@@ -216,6 +239,8 @@ def magnitude(op, a, x):
         return np.matmul(ax[0], ax[1])
     if op in ("conv1d", "conv2d"):
         return conv(ax[0], ax[1], a)
+    if op == "conv_transpose2d":
+        return conv_transpose(ax[0], ax[1], a)
     if op == "avg_pool2d":
         return pool2d(ax[0], a, "avg")
     if op in ("softmax", "log_softmax", "cross_entropy", "mse"):
