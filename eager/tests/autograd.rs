@@ -648,3 +648,15 @@ fn max_and_avg_pool2d() {
     check_gradients("adaptive_avg_pool2d", |t| t[0].adaptive_avg_pool2d([1, 1]), vec![x.clone()]);
     check_gradients("adaptive_avg_pool2d", |t| t[0].adaptive_avg_pool2d([2, 3]), vec![x]);
 }
+
+/// Ties in a max-pool window: the whole gradient goes to one argmax (the first in row-major
+/// order), as torch sends it to one.
+#[test]
+fn max_pool_sends_a_tied_window_gradient_to_the_first_argmax() -> Result<()> {
+    let _serial = common::serial();
+    let x = Tensor::from_slice(&[1.0f64, 3.0, 3.0, 0.0, 2.0, 2.0, 2.0, 2.0], &[1, 2, 2, 2])?
+        .set_requires_grad(true)?;
+    x.max_pool2d([2, 2], None, [0, 0])?.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+    Ok(())
+}
