@@ -45,6 +45,7 @@ pub use compile::{compile, Compiled};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use ops::Padding;
 pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path, synchronize};
 pub use shape::Spec;
 pub use tensor::{dispatch, Tensor};
@@ -58,6 +59,7 @@ pub mod prelude {
     pub use crate::dtype::DType;
     pub use crate::error::{Error, Result};
     pub use crate::nn::Module;
+    pub use crate::ops::Padding;
     pub use crate::optim::Optimizer;
     pub use crate::runtime::{manual_seed, set_default_device, synchronize};
     pub use crate::tensor::Tensor;

@@ -636,3 +636,88 @@ fn backward_ops_go_through_the_single_op_cache() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn conv1d_and_conv2d_with_stride_padding_dilation_and_groups() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    // (input, weight, stride, padding, dilation, groups); 1-D cases use the first entries.
+    type Case = (&'static [usize], &'static [usize], usize, Padding, usize, usize);
+    let cases1: Vec<Case> = vec![
+        (&[2, 2, 7], &[3, 2, 3], 1, 0.into(), 1, 1),
+        (&[2, 2, 8], &[3, 2, 3], 2, 1.into(), 1, 1),
+        (&[1, 4, 9], &[4, 2, 2], 2, 0.into(), 2, 2),
+        (&[2, 2, 6], &[2, 2, 4], 1, Padding::Same, 1, 1),
+        (&[1, 2, 5], &[2, 2, 1], 1, 2.into(), 1, 1),
+    ];
+    for (xs, ws, s, p, d, g) in cases1 {
+        let (x, w) = (uniform(&mut rng, xs, -1.0, 1.0), uniform(&mut rng, ws, -1.0, 1.0));
+        check_gradients("conv1d", |t| t[0].conv1d(&t[1], s, p.clone(), d, g), vec![x, w]);
+    }
+    let cases2: Vec<Case> = vec![
+        (&[2, 2, 5, 5], &[3, 2, 3, 3], 1, 1.into(), 1, 1),
+        (&[2, 2, 6, 5], &[2, 2, 3, 2], 2, 0.into(), 1, 1),
+        (&[1, 4, 7, 6], &[4, 2, 2, 3], 2, 1.into(), 2, 2),
+        (&[1, 2, 5, 4], &[2, 2, 3, 2], 1, Padding::Same, 2, 1),
+    ];
+    for (xs, ws, s, p, d, g) in cases2 {
+        let (x, w) = (uniform(&mut rng, xs, -1.0, 1.0), uniform(&mut rng, ws, -1.0, 1.0));
+        check_gradients("conv2d", |t| t[0].conv2d(&t[1], [s, s], p.clone(), [d, d], g), vec![x, w]);
+    }
+}
+
+#[test]
+fn conv_transpose2d_with_stride_padding_output_padding_dilation_and_groups() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    // (input, weight [C_in, C_out/G, kh, kw], stride, padding, output_padding, dilation, groups)
+    type Case = (&'static [usize], &'static [usize], usize, usize, usize, usize, usize);
+    let cases: &[Case] = &[
+        (&[2, 2, 3, 4], &[2, 3, 3, 2], 1, 0, 0, 1, 1),
+        (&[1, 2, 3, 3], &[2, 2, 3, 3], 2, 1, 1, 1, 1),
+        (&[1, 4, 3, 2], &[4, 1, 2, 3], 2, 1, 0, 2, 2),
+    ];
+    for &(xs, ws, s, p, op, d, g) in cases {
+        let (x, w) = (uniform(&mut rng, xs, -1.0, 1.0), uniform(&mut rng, ws, -1.0, 1.0));
+        check_gradients(
+            "conv_transpose2d",
+            |t| t[0].conv_transpose2d(&t[1], [s, s], [p, p], [op, op], [d, d], g),
+            vec![x, w],
+        );
+    }
+}
+
+#[test]
+fn max_and_avg_pool2d() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    type PoolCase = (&'static [usize], [usize; 2], Option<[usize; 2]>, [usize; 2]);
+    let cases: &[PoolCase] = &[
+        (&[2, 2, 4, 4], [2, 2], None, [0, 0]),
+        (&[1, 2, 5, 5], [3, 3], Some([2, 2]), [1, 1]),
+        (&[2, 5, 4], [3, 2], Some([1, 2]), [1, 0]),
+        // Strides that leave an input tail no window reaches (an asymmetric gradient pad).
+        (&[1, 2, 5, 6], [2, 3], Some([2, 2]), [0, 1]),
+    ];
+    for &(xs, k, s, p) in cases {
+        // Distinct values: every window has one clear max.
+        let x = distinct(&mut rng, xs);
+        check_gradients("max_pool2d", |t| t[0].max_pool2d(k, s, p), vec![x.clone()]);
+        check_gradients("avg_pool2d", |t| t[0].avg_pool2d(k, s, p), vec![x]);
+    }
+    let x = uniform(&mut rng, &[2, 3, 4, 6], -1.0, 1.0);
+    check_gradients("adaptive_avg_pool2d", |t| t[0].adaptive_avg_pool2d([1, 1]), vec![x.clone()]);
+    check_gradients("adaptive_avg_pool2d", |t| t[0].adaptive_avg_pool2d([2, 3]), vec![x]);
+}
+
+/// Ties in a max-pool window: the whole gradient goes to one argmax (the first in row-major
+/// order), as torch sends it to one.
+#[test]
+fn max_pool_sends_a_tied_window_gradient_to_the_first_argmax() -> Result<()> {
+    let _serial = common::serial();
+    let x = Tensor::from_slice(&[1.0f64, 3.0, 3.0, 0.0, 2.0, 2.0, 2.0, 2.0], &[1, 2, 2, 2])?
+        .set_requires_grad(true)?;
+    x.max_pool2d([2, 2], None, [0, 0])?.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+    Ok(())
+}

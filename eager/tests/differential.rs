@@ -794,6 +794,104 @@ fn loss_cases(s: &mut Suite, rng: &mut StdRng) {
     }
 }
 
+fn conv_cases(s: &mut Suite, rng: &mut StdRng) {
+    // (input, weight, stride, padding, dilation, groups); "same" is padding None.
+    type Conv = (&'static [usize], &'static [usize], usize, Option<usize>, usize, usize);
+    let cases: &[Conv] = &[
+        (&[2, 3, 9], &[4, 3, 3], 1, Some(0), 1, 1),
+        (&[2, 3, 10], &[4, 3, 3], 2, Some(1), 1, 1),
+        (&[2, 4, 11], &[6, 2, 3], 1, None, 2, 2),
+        (&[2, 4, 12], &[4, 2, 4], 2, Some(1), 2, 2),
+        (&[2, 3, 7, 8], &[4, 3, 3, 3], 1, Some(0), 1, 1),
+        (&[2, 3, 8, 9], &[4, 3, 3, 3], 2, Some(1), 1, 1),
+        (&[2, 3, 8, 7], &[5, 3, 3, 2], 1, None, 1, 1),
+        (&[2, 4, 9, 9], &[6, 2, 3, 3], 1, Some(1), 2, 2),
+        (&[2, 4, 10, 9], &[2, 2, 3, 3], 2, None, 1, 2),
+    ];
+    for &(xs, ws, stride, pad, dil, groups) in cases {
+        let ns = xs.len() - 2;
+        if pad.is_none() && stride != 1 {
+            continue;
+        }
+        // torch's "same": the total padding dil * (k - 1), the odd element after.
+        let pads: Vec<[usize; 2]> = (0..ns)
+            .map(|d| match pad {
+                Some(p) => [p, p],
+                None => {
+                    let t = dil * (ws[2 + d] - 1);
+                    [t / 2, t - t / 2]
+                }
+            })
+            .collect();
+        let attrs =
+            json!({"stride": vec![stride; ns], "padding": pads, "dilation": vec![dil; ns], "groups": groups});
+        let op = if ns == 1 { "conv1d" } else { "conv2d" };
+        let padding = move || pad.map_or(Padding::Same, Padding::from);
+        for &d in FLOATS {
+            let (x, w) = (draw(rng, d, xs, Draw::Normal), draw(rng, d, ws, Draw::Normal));
+            if ns == 1 {
+                s.add(op, attrs.clone(), vec![x, w], d, EXACT, move |t| {
+                    t[0].conv1d(&t[1], stride, padding(), dil, groups)
+                });
+            } else {
+                s.add(op, attrs.clone(), vec![x, w], d, EXACT, move |t| {
+                    t[0].conv2d(&t[1], [stride; 2], padding(), [dil; 2], groups)
+                });
+            }
+        }
+    }
+    // NaN and infinities propagate through the sums.
+    let (x, w) = (
+        draw(rng, DType::F32, &[1, 2, 6, 6], Draw::Mixed),
+        draw(rng, DType::F32, &[2, 2, 2, 2], Draw::Normal),
+    );
+    let attrs = json!({"stride": [1, 1], "padding": [[0, 0], [0, 0]], "dilation": [1, 1], "groups": 1});
+    s.add("conv2d", attrs, vec![x, w], DType::F32, EXACT, |t| {
+        t[0].conv2d(&t[1], [1, 1], 0.into(), [1, 1], 1)
+    });
+    s.note("specials");
+}
+
+fn conv_transpose_cases(s: &mut Suite, rng: &mut StdRng) {
+    // (input, weight [C_in, C_out/G, kh, kw], stride, padding, output_padding, dilation, groups)
+    type Case = (&'static [usize], &'static [usize], usize, usize, usize, usize, usize);
+    let cases: &[Case] = &[
+        (&[2, 3, 4, 5], &[3, 2, 3, 3], 1, 0, 0, 1, 1),
+        (&[2, 3, 4, 4], &[3, 2, 3, 3], 2, 1, 1, 1, 1),
+        (&[2, 4, 3, 4], &[4, 3, 2, 3], 2, 1, 0, 2, 2),
+    ];
+    for &(xs, ws, st, p, op, dil, groups) in cases {
+        let attrs = json!({"stride": [st, st], "padding": [p, p], "output_padding": [op, op],
+            "dilation": [dil, dil], "groups": groups});
+        for &d in FLOATS {
+            let (x, w) = (draw(rng, d, xs, Draw::Normal), draw(rng, d, ws, Draw::Normal));
+            s.add("conv_transpose2d", attrs.clone(), vec![x, w], d, EXACT, move |t| {
+                t[0].conv_transpose2d(&t[1], [st; 2], [p; 2], [op; 2], [dil; 2], groups)
+            });
+        }
+    }
+}
+
+fn pool_cases(s: &mut Suite, rng: &mut StdRng) {
+    type PoolCase = (&'static [usize], [usize; 2], Option<[usize; 2]>, [usize; 2]);
+    let cases: &[PoolCase] = &[
+        (&[2, 3, 6, 6], [2, 2], None, [0, 0]),
+        (&[2, 3, 7, 7], [3, 3], Some([2, 2]), [1, 1]),
+        (&[3, 5, 6], [3, 2], Some([1, 2]), [1, 1]),
+    ];
+    for &(xs, k, stride, p) in cases {
+        let attrs = json!({"kernel": k, "stride": stride.unwrap_or(k), "padding": p});
+        for &d in FLOATS {
+            // Mixed draws: NaN propagates through max pooling, as in torch.
+            let x = draw(rng, d, xs, Draw::Mixed);
+            s.add("max_pool2d", attrs.clone(), vec![x.clone()], d, EXACT, move |t| {
+                t[0].max_pool2d(k, stride, p)
+            });
+            s.add("avg_pool2d", attrs.clone(), vec![x], d, EXACT, move |t| t[0].avg_pool2d(k, stride, p));
+        }
+    }
+}
+
 // ----- running NumPy --------------------------------------------------------------------------
 
 fn script() -> PathBuf {
@@ -971,6 +1069,9 @@ fn every_op_matches_numpy() {
     cast_cases(&mut suite, &mut rng);
     wrapper_cases(&mut suite, &mut rng);
     loss_cases(&mut suite, &mut rng);
+    conv_cases(&mut suite, &mut rng);
+    conv_transpose_cases(&mut suite, &mut rng);
+    pool_cases(&mut suite, &mut rng);
     let cases = suite.cases;
 
     let dir = tempfile::tempdir().expect("a temp dir");

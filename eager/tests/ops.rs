@@ -1107,3 +1107,62 @@ fn bad_input_is_an_error_naming_the_op() -> Result<()> {
     assert_err("item", a.item::<f32>());
     Ok(())
 }
+
+#[test]
+fn bad_convolutions_and_pools_are_errors_naming_the_op() -> Result<()> {
+    let x = Tensor::zeros(&[2, 4, 5, 5], DType::F32)?;
+    let w = Tensor::zeros(&[6, 2, 3, 3], DType::F32)?;
+    // Channel mismatch: 4 input channels, the weight expects 1 * 2.
+    let e = x.conv2d(&w, [1, 1], 0.into(), [1, 1], 1).unwrap_err().to_string();
+    assert!(e.starts_with("conv2d: ") && e.contains("[2, 4, 5, 5]") && e.contains("[6, 2, 3, 3]"), "{e}");
+    // Groups not dividing the channels.
+    assert_err("conv2d", x.conv2d(&Tensor::zeros(&[6, 2, 3, 3], DType::F32)?, [1, 1], 0.into(), [1, 1], 3));
+    assert_err("conv2d", x.conv2d(&Tensor::zeros(&[5, 2, 3, 3], DType::F32)?, [1, 1], 0.into(), [1, 1], 2));
+    assert_err("conv2d", x.conv2d(&w, [1, 1], 0.into(), [1, 1], 0));
+    // Kernel larger than the padded input (also through dilation).
+    let big = Tensor::zeros(&[6, 4, 7, 3], DType::F32)?;
+    let e = x.conv2d(&big, [1, 1], 0.into(), [1, 1], 1).unwrap_err().to_string();
+    assert!(e.starts_with("conv2d: ") && e.contains("larger than the padded input"), "{e}");
+    assert_err("conv2d", x.conv2d(&Tensor::zeros(&[6, 4, 3, 3], DType::F32)?, [1, 1], 0.into(), [3, 3], 1));
+    // Wrong ranks.
+    assert_err("conv2d", x.conv2d(&Tensor::zeros(&[6, 4, 3], DType::F32)?, [1, 1], 0.into(), [1, 1], 1));
+    assert_err("conv1d", x.conv1d(&w, 1, 0.into(), 1, 1));
+    assert_err(
+        "conv1d",
+        Tensor::zeros(&[4, 5], DType::F32)?.conv1d(&Tensor::zeros(&[2, 4], DType::F32)?, 1, 0.into(), 1, 1),
+    );
+    // Non-float dtypes and mixed dtypes.
+    let xi = Tensor::zeros(&[1, 2, 5], DType::I32)?;
+    assert_err("conv1d", xi.conv1d(&Tensor::zeros(&[1, 2, 3], DType::I32)?, 1, 0.into(), 1, 1));
+    let xf = Tensor::zeros(&[1, 2, 5], DType::F32)?;
+    assert_err("conv1d", xf.conv1d(&Tensor::zeros(&[1, 2, 3], DType::F64)?, 1, 0.into(), 1, 1));
+    // "same" needs stride 1; zero strides; padding of the wrong length.
+    assert_err("conv1d", xf.conv1d(&Tensor::zeros(&[1, 2, 3], DType::F32)?, 2, Padding::Same, 1, 1));
+    assert_err("conv1d", xf.conv1d(&Tensor::zeros(&[1, 2, 3], DType::F32)?, 0, 0.into(), 1, 1));
+    assert_err("conv1d", xf.conv1d(&Tensor::zeros(&[1, 2, 3], DType::F32)?, 1, [1, 1].into(), 1, 1));
+
+    // Transposed convolutions: channel mismatch, padding beyond the kernel, output padding.
+    let wt = Tensor::zeros(&[3, 2, 3, 3], DType::F32)?;
+    let e = x.conv_transpose2d(&wt, [1, 1], [0, 0], [0, 0], [1, 1], 1).unwrap_err().to_string();
+    assert!(e.starts_with("conv_transpose2d: ") && e.contains("[3, 2, 3, 3]"), "{e}");
+    let w4 = Tensor::zeros(&[4, 2, 3, 3], DType::F32)?;
+    assert_err("conv_transpose2d", x.conv_transpose2d(&w4, [1, 1], [3, 0], [0, 0], [1, 1], 1));
+    assert_err("conv_transpose2d", x.conv_transpose2d(&w4, [2, 2], [0, 0], [2, 0], [1, 1], 1));
+    assert_err("conv_transpose2d", x.conv_transpose2d(&w4, [1, 1], [0, 0], [0, 0], [1, 1], 3));
+    assert_err(
+        "conv_transpose2d",
+        x.conv_transpose2d(&Tensor::zeros(&[4, 2, 3], DType::F32)?, [1, 1], [0, 0], [0, 0], [1, 1], 1),
+    );
+
+    // Pools.
+    assert_err("max_pool2d", x.max_pool2d([8, 2], None, [1, 0]));
+    assert_err("max_pool2d", x.max_pool2d([2, 2], None, [2, 0]));
+    assert_err("max_pool2d", Tensor::zeros(&[5, 5], DType::F32)?.max_pool2d([2, 2], None, [0, 0]));
+    assert_err("max_pool2d", Tensor::zeros(&[1, 5, 5], DType::I32)?.max_pool2d([2, 2], None, [0, 0]));
+    assert_err("max_pool2d", x.max_pool2d([0, 2], None, [0, 0]));
+    assert_err("avg_pool2d", x.avg_pool2d([2, 2], Some([0, 1]), [0, 0]));
+    assert_err("avg_pool2d", Tensor::zeros(&[1, 5, 5], DType::U8)?.avg_pool2d([2, 2], None, [0, 0]));
+    assert_err("adaptive_avg_pool2d", x.adaptive_avg_pool2d([2, 2]));
+    assert_err("adaptive_avg_pool2d", Tensor::zeros(&[5], DType::F32)?.adaptive_avg_pool2d([1, 1]));
+    Ok(())
+}

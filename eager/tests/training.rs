@@ -348,3 +348,53 @@ fn adam_adamw_and_sgd_updates_against_the_host() -> Result<()> {
     close("sgd", &sgd, &want);
     Ok(())
 }
+
+/// A small CNN (Conv2d, MaxPool2d, AvgPool2d, Flatten, Linear) learns to tell a bright
+/// top half from a bright bottom half; the Conv2d layer is conv2d plus its bias.
+#[test]
+fn a_small_cnn_learns_and_conv2d_adds_its_bias() -> Result<()> {
+    use eager::nn::{AvgPool2d, Conv2d, Flatten, MaxPool2d};
+    let _serial = common::serial();
+    manual_seed(SEED);
+    let conv = Conv2d::with_options(1, 4, [3, 3], [1, 1], Padding::Same, [1, 1], 1, true, DType::F32)?;
+    let x = Tensor::randn(&[2, 1, 8, 8], DType::F32)?;
+    let want = x
+        .conv2d(&conv.weight.get(), [1, 1], Padding::Same, [1, 1], 1)?
+        .add(&conv.bias.as_ref().unwrap().get().reshape(&[4, 1, 1])?)?;
+    let got = conv.forward(&x)?;
+    assert_eq!(got.shape(), &[2, 4, 8, 8]);
+    assert_eq!(got.to_vec::<f32>()?, want.to_vec::<f32>()?);
+    let bound = 1.0 / 3.0; // 1 / sqrt(1 * 3 * 3)
+    assert!(conv.weight.get().to_vec::<f32>()?.iter().all(|w| w.abs() <= bound));
+
+    let model = Sequential::new()
+        .add(conv)
+        .add(nn::Relu)
+        .add(MaxPool2d::new([2, 2]))
+        .add(AvgPool2d::new([2, 2]))
+        .add(Flatten)
+        .add(Linear::new(16, 2)?);
+    // 16 images: class 1 has a bright top half, class 0 a bright bottom half.
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let (mut pixels, mut labels) = (Vec::new(), Vec::new());
+    for i in 0..16 {
+        let class = (i % 2) as i64;
+        for r in 0..8 {
+            for _ in 0..8 {
+                let bright = (r < 4) == (class == 1);
+                pixels.push(if bright { 1.0 } else { 0.0 } + rng.gen_range(-0.2f32..0.2));
+            }
+        }
+        labels.push(class);
+    }
+    let (x, y) = (Tensor::from_slice(&pixels, &[16, 1, 8, 8])?, Tensor::from_vec(labels.clone())?);
+    let opt = Sgd::new(model.parameters(), 0.5);
+    let first = train_step(&model, &opt, &x, &y)?.item::<f32>()?;
+    let mut last = first;
+    for _ in 0..30 {
+        last = train_step(&model, &opt, &x, &y)?.item::<f32>()?;
+    }
+    assert!(last < first * 0.5, "the loss went from {first} to {last}");
+    assert_eq!(accuracy(&model, &x, &labels)?, 1.0);
+    Ok(())
+}

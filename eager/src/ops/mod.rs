@@ -13,11 +13,13 @@ pub(crate) mod emit;
 
 pub mod call;
 pub(crate) mod composite;
+pub mod conv;
 pub mod create;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
 pub mod movement;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod scan;
@@ -32,6 +34,7 @@ use crate::shape::{broadcast_shapes, resolve_dim, Shape, Spec};
 
 pub(crate) use call::ValueDef;
 pub use call::{Call, Program};
+pub use conv::{Conv, Flip, Padding};
 pub use create::{Arange, Eye, Fill};
 pub use elementwise::{Binary, Cast, Compare, Triangle, Unary, Where};
 pub(crate) use emit::Emitter;
@@ -40,6 +43,7 @@ pub(crate) use index::IndexCheck;
 pub use index::{Gather, IndexSelect, ScatterAdd};
 pub use matmul::Matmul;
 pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
+pub use pool::{MaxPoolGrad, Pool, PoolKind};
 pub use random::{Dist, Random};
 pub use reduce::{Reduce, ReduceKind};
 pub use scan::{Scan, ScanKind};
@@ -139,6 +143,14 @@ ops! {
     Triangle(Triangle),
     /// Batched matrix product, `[..., m, k] x [..., k, n]` with broadcast batch dims.
     Matmul(Matmul),
+    /// Convolution, NCHW input and OIHW weight as torch (1-D and 2-D spatial dims).
+    Conv(Conv),
+    /// Reverses the order of elements along dims.
+    Flip(Flip),
+    /// Max or sum over windows (`reduce_window`).
+    Pool(Pool),
+    /// Max pooling's gradient (`select_and_scatter`).
+    MaxPoolGrad(MaxPoolGrad),
     Reduce(Reduce),
     /// A running sum or product along a dim.
     Scan(Scan),

@@ -4,10 +4,12 @@
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::composite::CompositeOps;
+use crate::ops::conv::{ConvOps, Padding};
 use crate::ops::elementwise::ElementwiseOps;
 use crate::ops::index::IndexOps;
 use crate::ops::matmul::MatmulOps;
 use crate::ops::movement::MovementOps;
+use crate::ops::pool::PoolOps;
 use crate::ops::reduce::{ReduceKind, ReduceOps};
 use crate::ops::scan::ScanOps;
 use crate::ops::sort::SortOps;
@@ -150,6 +152,40 @@ forward! {
     /// Running product along `dim`. Its gradient divides by the input: exact without zeros
     /// (a zero input gives inf or NaN gradients; torch handles zeros).
     cumprod(dim: isize) => ScanOps;
+
+    // ----- convolution (ops/conv.rs) -----------------------------------------------------------
+    /// 1-D convolution as torch's `conv1d`: input `[N, C, L]`, weight `[O, C / groups, k]`,
+    /// output `[N, O, L_out]`; `padding` is `p.into()` (zeros on both sides) or
+    /// `Padding::Same` (stride 1 only). No bias: add it (broadcast as `[O, 1]`). f16 and bf16
+    /// accumulate in f32.
+    conv1d(weight: &Tensor, stride: usize, padding: Padding, dilation: usize, groups: usize) => ConvOps;
+    /// 2-D convolution as torch's `conv2d`: input `[N, C, H, W]`, weight
+    /// `[O, C / groups, kh, kw]`, output `[N, O, H_out, W_out]`; `padding` is
+    /// `[ph, pw].into()`, `p.into()` or `Padding::Same` (stride 1 only). No bias: add it
+    /// (broadcast as `[O, 1, 1]`). f16 and bf16 accumulate in f32.
+    conv2d(weight: &Tensor, stride: [usize; 2], padding: Padding, dilation: [usize; 2], groups: usize) => ConvOps;
+    /// Transposed 2-D convolution as torch's `conv_transpose2d`: input `[N, C_in, H, W]`,
+    /// weight `[C_in, C_out / groups, kh, kw]`, output size `(n-1)*stride - 2*padding +
+    /// dilation*(k-1) + output_padding + 1` per dim. It is `conv2d`'s input gradient: a
+    /// convolution of the input dilated by the stride with the flipped weight. `padding` must
+    /// be at most `dilation * (k - 1)`. No bias.
+    conv_transpose2d(weight: &Tensor, stride: [usize; 2], padding: [usize; 2], output_padding: [usize; 2], dilation: [usize; 2], groups: usize) => ConvOps;
+    /// Reverses the order of elements along `dims`.
+    flip(dims: &[isize]) => ConvOps;
+
+    // ----- pooling (ops/pool.rs) ---------------------------------------------------------------
+    /// Max over `kernel` windows of the last two dims (`[C, H, W]` or `[N, C, H, W]`), as
+    /// torch's `max_pool2d`: `stride` defaults (`None`) to the kernel, padding (at most half
+    /// the kernel) counts as -inf. NaN propagates. The gradient goes to one argmax per window
+    /// (the first in row-major order).
+    max_pool2d(kernel: [usize; 2], stride: Option<[usize; 2]>, padding: [usize; 2]) => PoolOps;
+    /// Mean over `kernel` windows of the last two dims, as torch's `avg_pool2d` with
+    /// `count_include_pad=True`: padding zeros count in the mean. `stride` defaults to the
+    /// kernel.
+    avg_pool2d(kernel: [usize; 2], stride: Option<[usize; 2]>, padding: [usize; 2]) => PoolOps;
+    /// Average pooling to an `[oh, ow]` output: `[1, 1]` is the mean over H and W; other
+    /// sizes must divide H and W (torch's uneven windows are not supported).
+    adaptive_avg_pool2d(output: [usize; 2]) => PoolOps;
 
     // ----- composites (ops/composite.rs) -------------------------------------------------------
     /// Softmax along `dim`, composed: `exp(x - max) / sum(exp(x - max))`.

@@ -134,6 +134,63 @@ def clamp(x, lo, hi):
     if hi is not None:
         x = np.minimum(x, bound(hi))
     return x
+def conv(x, w, a):
+    """torch's convolution (NCHW input, OIHW weight) in plain NumPy: a sum over kernel taps."""
+    stride, pads, dil, groups = a["stride"], a["padding"], a["dilation"], a["groups"]
+    ns = x.ndim - 2
+    n, c = x.shape[:2]
+    o, k = w.shape[0], w.shape[2:]
+    if c != groups * w.shape[1] or o % groups:
+        raise ValueError(f"channels {c} vs weight {w.shape} with groups {groups}")
+    xp = np.pad(x, [(0, 0), (0, 0)] + [tuple(p) for p in pads])
+    out = [(xp.shape[2 + d] - dil[d] * (k[d] - 1) - 1) // stride[d] + 1 for d in range(ns)]
+    if any(s <= 0 for s in out):
+        raise ValueError("kernel larger than the padded input")
+    r = np.zeros((n, o, *out), dtype=x.dtype)
+    cg, og = c // groups, o // groups
+    for g in range(groups):
+        xs, ws = xp[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og]
+        for tap in np.ndindex(*k):
+            win = tuple(slice(tap[d] * dil[d], tap[d] * dil[d] + stride[d] * (out[d] - 1) + 1, stride[d])
+                        for d in range(ns))
+            patch = xs[(slice(None), slice(None)) + win]
+            r[:, g * og:(g + 1) * og] += np.einsum("nc...,oc->no...", patch, ws[(slice(None), slice(None)) + tap])
+    return r
+
+
+def conv_transpose(x, w, a):
+    """torch's conv_transpose (weight [C_in, C_out/groups, *k]): every input element adds
+    x * w at output position i*stride + tap*dilation - padding."""
+    stride, pad, opad, dil, groups = a["stride"], a["padding"], a["output_padding"], a["dilation"], a["groups"]
+    ns = x.ndim - 2
+    n, cin = x.shape[:2]
+    coutg, k = w.shape[1], w.shape[2:]
+    size = [(x.shape[2 + d] - 1) * stride[d] + dil[d] * (k[d] - 1) + 1 + opad[d] for d in range(ns)]
+    full = np.zeros((n, coutg * groups, *size), dtype=x.dtype)
+    cg = cin // groups
+    for g in range(groups):
+        xs, ws = x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg]
+        for tap in np.ndindex(*k):
+            win = tuple(slice(tap[d] * dil[d], tap[d] * dil[d] + stride[d] * (x.shape[2 + d] - 1) + 1, stride[d])
+                        for d in range(ns))
+            full[(slice(None), slice(g * coutg, (g + 1) * coutg)) + win] += np.einsum(
+                "nc...,co->no...", xs, ws[(slice(None), slice(None)) + tap])
+    out = [size[d] - 2 * pad[d] for d in range(ns)]
+    return full[(slice(None), slice(None)) + tuple(slice(pad[d], pad[d] + out[d]) for d in range(ns))]
+
+
+def pool2d(x, a, kind):
+    """Max or average pooling over the last two dims; padding is -inf (max) or zeros that
+    count in the mean (torch's count_include_pad=True)."""
+    k, s, p = a["kernel"], a["stride"], a["padding"]
+    fill = -np.inf if kind == "max" else 0
+    xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(p[0], p[0]), (p[1], p[1])], constant_values=fill)
+    out = [(xp.shape[x.ndim - 2 + d] - k[d]) // s[d] + 1 for d in range(2)]
+    taps = [xp[..., i:i + s[0] * (out[0] - 1) + 1:s[0], j:j + s[1] * (out[1] - 1) + 1:s[1]]
+            for i in range(k[0]) for j in range(k[1])]
+    if kind == "max":
+        return np.max(np.stack(taps), axis=0)
+    return np.sum(np.stack(taps), axis=0, dtype=x.dtype) / x.dtype.type(k[0] * k[1])
 
 
 UNARY = {
@@ -233,6 +290,12 @@ def compute(op, a, x):
         return np.eye(a["n"], a["m"], dtype=NP[a["dtype"]])
     if op == "full":
         return np.full(a["shape"], a["value"], dtype=NP[a["dtype"]])
+    if op in ("conv1d", "conv2d"):
+        return conv(x[0], x[1], a)
+    if op == "conv_transpose2d":
+        return conv_transpose(x[0], x[1], a)
+    if op in ("max_pool2d", "avg_pool2d"):
+        return pool2d(x[0], a, op[:3])
     if op == "cross_entropy":
         return cross_entropy(x[0], x[1])
     if op == "mse":
@@ -247,6 +310,12 @@ def magnitude(op, a, x):
         return reduce(op, ax[0], a)
     if op == "matmul":
         return np.matmul(ax[0], ax[1])
+    if op in ("conv1d", "conv2d"):
+        return conv(ax[0], ax[1], a)
+    if op == "conv_transpose2d":
+        return conv_transpose(ax[0], ax[1], a)
+    if op == "avg_pool2d":
+        return pool2d(ax[0], a, "avg")
     if op in ("softmax", "log_softmax", "cross_entropy", "mse"):
         return None
     return None
