@@ -395,6 +395,24 @@ fn sort_and_topk_send_the_gradient_to_where_the_values_were() {
 }
 
 #[test]
+fn rms_norm_group_norm_and_attention() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    check_gradients("rms_norm", |a| a[0].rms_norm(1, 1e-5), vec![uniform(&mut rng, &[2, 4], -2.0, 2.0)]);
+    check_gradients(
+        "group_norm",
+        |a| a[0].group_norm(2, 1e-5),
+        vec![uniform(&mut rng, &[2, 4, 3], -2.0, 2.0)],
+    );
+    let qkv = vec![
+        uniform(&mut rng, &[2, 3, 4], -1.0, 1.0),
+        uniform(&mut rng, &[2, 3, 4], -1.0, 1.0),
+        uniform(&mut rng, &[2, 3, 2], -1.0, 1.0),
+    ];
+    check_gradients("sdpa causal", |a| a[0].scaled_dot_product_attention(&a[1], &a[2], None, true), qkv);
+}
+
+#[test]
 fn cat_splits_the_gradient() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);

@@ -373,6 +373,29 @@ fn unary_cases(s: &mut Suite, rng: &mut StdRng) {
             });
         }
     }
+    for &d in FLOATS {
+        let x = draw(rng, d, &[2, 3, 4], Draw::Normal);
+        s.add("rms_norm", json!({"dims": 1}), vec![x.clone()], d, COMPOSITE, |t| t[0].rms_norm(1, 1e-5));
+        s.add("rms_norm", json!({"dims": 2}), vec![x], d, COMPOSITE, |t| t[0].rms_norm(2, 1e-5));
+        let x = draw(rng, d, &[2, 6, 3], Draw::Normal);
+        s.add("group_norm", json!({"groups": 3}), vec![x], d, COMPOSITE, |t| t[0].group_norm(3, 1e-5));
+        let (q, k, v) = (
+            draw(rng, d, &[2, 3, 4], Draw::Normal),
+            draw(rng, d, &[2, 5, 4], Draw::Normal),
+            draw(rng, d, &[2, 5, 2], Draw::Normal),
+        );
+        let mask = Input::ints(DType::Bool, &[3, 5], vec![1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1]);
+        for causal in [false, true] {
+            let a = json!({"causal": causal, "mask": false});
+            s.add("sdpa", a, vec![q.clone(), k.clone(), v.clone()], d, COMPOSITE, move |t| {
+                t[0].scaled_dot_product_attention(&t[1], &t[2], None, causal)
+            });
+            let a = json!({"causal": causal, "mask": true});
+            s.add("sdpa", a, vec![q.clone(), k.clone(), v.clone(), mask.clone()], d, COMPOSITE, move |t| {
+                t[0].scaled_dot_product_attention(&t[1], &t[2], Some(&t[3]), causal)
+            });
+        }
+    }
     for &d in NUMERIC {
         let x = draw(rng, d, &[3, 4], Draw::Mixed);
         let mask = draw(rng, DType::Bool, &[1, 4], Draw::Mixed);

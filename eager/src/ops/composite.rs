@@ -3,7 +3,10 @@
 
 use crate::error::{Error, Result};
 
+use super::create::CreateOps;
 use super::elementwise::ElementwiseOps;
+use super::matmul::MatmulOps;
+use super::movement::MovementOps;
 use super::reduce::ReduceOps;
 use super::Operand;
 
@@ -34,6 +37,77 @@ pub(crate) trait CompositeOps: Operand {
     /// `value` where `mask` is true, else `x` (`where(mask, value, x)`).
     fn masked_fill(&self, mask: &Self, value: f64) -> Result<Self> {
         mask.where_cond(&self.scalar_like(value)?, self)
+    }
+
+    /// `x / sqrt(mean(x²) + eps)` over the last `dims` dims (torch's `rms_norm` without its
+    /// weight).
+    fn rms_norm(&self, dims: usize, eps: f64) -> Result<Self> {
+        let rank = self.rank_of();
+        if dims == 0 || dims > rank || !self.dtype_of().is_float() {
+            let msg =
+                format!("needs 1 to {rank} trailing dims of a float tensor, got {dims} of {}", self.spec());
+            return Err(Error::invalid("rms_norm", msg));
+        }
+        let over: Vec<isize> = (rank - dims..rank).map(|d| d as isize).collect();
+        self.mul(&self.square()?.mean(&over, true)?.add_scalar(eps)?.rsqrt()?)
+    }
+
+    /// Each of `groups` groups of channels (dim 1 of `[N, C, ...]`) normalised to mean 0 and
+    /// variance 1 (biased, as torch's `group_norm` without its weight and bias).
+    fn group_norm(&self, groups: usize, eps: f64) -> Result<Self> {
+        let shape = self.shape_of().to_vec();
+        if shape.len() < 2 || groups == 0 || shape[1] % groups != 0 || !self.dtype_of().is_float() {
+            let msg = format!(
+                "needs a float [N, C, ...] tensor with C divisible by {groups} groups, got {}",
+                self.spec()
+            );
+            return Err(Error::invalid("group_norm", msg));
+        }
+        let grouped = self.reshape(&[shape[0] as isize, groups as isize, -1])?;
+        let mean = grouped.mean(&[2], true)?;
+        let centered = grouped.sub(&mean)?;
+        let var = centered.square()?.mean(&[2], true)?;
+        let normed = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+        normed.reshape(&super::signed(&shape))
+    }
+
+    /// `softmax(q kᵀ / √d + mask) v` over `[..., L, d]` queries and `[..., S, d]` keys and
+    /// values (torch's `scaled_dot_product_attention`): `mask` is bool, true where a query may
+    /// attend (broadcast to `[..., L, S]`); `causal` lets query `i` attend keys `0..=i`. A row
+    /// with nothing to attend gives NaN, as torch.
+    fn scaled_dot_product_attention(
+        &self,
+        k: &Self,
+        v: &Self,
+        mask: Option<&Self>,
+        causal: bool,
+    ) -> Result<Self> {
+        let (q, rank) = (self, self.rank_of());
+        if rank < 2 || k.rank_of() < 2 || v.rank_of() < 2 {
+            let msg = format!(
+                "needs [..., L, d] queries, keys and values, got {}, {} and {}",
+                q.spec(),
+                k.spec(),
+                v.spec()
+            );
+            return Err(Error::shape("scaled_dot_product_attention", msg));
+        }
+        let d = q.shape_of()[rank - 1];
+        let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(1.0 / (d as f64).sqrt())?;
+        let (l, s) = (scores.shape_of()[scores.rank_of() - 2], scores.shape_of()[scores.rank_of() - 1]);
+        let mut keep = mask.cloned();
+        if causal {
+            let lower = Self::full_on(&[l, s], 1.0, crate::dtype::DType::Bool, q.device())?.tril(0)?;
+            keep = Some(match keep {
+                Some(m) => m.where_cond(&lower, &m)?, // m and lower
+                None => lower,
+            });
+        }
+        let scores = match keep {
+            Some(m) => m.where_cond(&scores, &scores.scalar_like(f64::NEG_INFINITY)?)?,
+            None => scores,
+        };
+        scores.softmax(-1)?.matmul(v)
     }
 
     /// `x * x`.

@@ -196,6 +196,18 @@ forward! {
     /// `value` (converted to this dtype) where the bool `mask` is true, else `self`; the mask
     /// broadcasts (torch's `masked_fill`).
     masked_fill(mask: &Tensor, value: f64) => CompositeOps;
+    /// `x / sqrt(mean(x²) + eps)` over the last `dims` dims (torch's `F.rms_norm` without a
+    /// weight; `nn` layers multiply theirs).
+    rms_norm(dims: usize, eps: f64) => CompositeOps;
+    /// Channels (dim 1 of `[N, C, ...]`) in `groups` groups, each normalised to mean 0 and
+    /// variance 1 (biased), as torch's `F.group_norm` without weight and bias.
+    group_norm(groups: usize, eps: f64) => CompositeOps;
+    /// Attention, composed: `softmax(q kᵀ / √d) v` for `self` = q `[..., L, d]`, keys
+    /// `[..., S, d]` and values `[..., S, dv]` (torch's `F.scaled_dot_product_attention`).
+    /// `mask` is bool, true where a query may attend (broadcast to `[..., L, S]`); `causal`
+    /// lets query `i` attend keys `0..=i`. The softmax subtracts each row's max (stable); a row
+    /// with nothing to attend gives NaN, as torch.
+    scaled_dot_product_attention(k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool) => CompositeOps;
     /// `x * x`.
     square() => CompositeOps;
     /// `x * sigmoid(x)` (SiLU, swish).

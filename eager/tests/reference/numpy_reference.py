@@ -232,6 +232,25 @@ def compute(op, a, x):
         if op in ("argsort", "topk_indices"):
             return idx.reshape(x[0].shape) if x[0].ndim == 0 else idx
         return np.take_along_axis(v, idx, axis=d).reshape(idx.shape if x[0].ndim else ())
+    if op == "rms_norm":
+        axes = tuple(range(x[0].ndim - a["dims"], x[0].ndim))
+        return x[0] / np.sqrt(np.mean(x[0] * x[0], axis=axes, keepdims=True) + x[0].dtype.type(1e-5))
+    if op == "group_norm":
+        n, c = x[0].shape[:2]
+        g = x[0].reshape(n, a["groups"], -1)
+        mean = g.mean(axis=2, keepdims=True)
+        var = ((g - mean) ** 2).mean(axis=2, keepdims=True)
+        return ((g - mean) / np.sqrt(var + g.dtype.type(1e-5))).reshape(x[0].shape)
+    if op == "sdpa":
+        q, k, v = x[0], x[1], x[2]
+        s = q @ np.swapaxes(k, -1, -2) / q.dtype.type(np.sqrt(q.shape[-1]))
+        keep = np.ones(s.shape[-2:], bool)
+        if a["mask"]:
+            keep &= x[3].astype(bool)
+        if a["causal"]:
+            keep &= np.tril(np.ones(s.shape[-2:], bool))
+        s = np.where(keep, s, s.dtype.type(-np.inf))
+        return softmax(s, -1) @ v
     if op == "masked_fill":
         return np.where(x[1], np.asarray(a["value"]).astype(x[0].dtype), x[0])
     if op == "clamp":
