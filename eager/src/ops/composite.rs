@@ -56,7 +56,7 @@ pub(crate) trait CompositeOps: Operand {
     /// variance 1 (biased, as torch's `group_norm` without its weight and bias).
     fn group_norm(&self, groups: usize, eps: f64) -> Result<Self> {
         let shape = self.shape_of().to_vec();
-        if shape.len() < 2 || groups == 0 || shape[1] % groups != 0 || !self.dtype_of().is_float() {
+        if shape.len() < 2 || groups == 0 || !shape[1].is_multiple_of(groups) || !self.dtype_of().is_float() {
             let msg = format!(
                 "needs a float [N, C, ...] tensor with C divisible by {groups} groups, got {}",
                 self.spec()
