@@ -420,7 +420,10 @@ pub(crate) fn execute(
         enqueue_ns,
         (in_bytes + out_bytes) as u64,
     );
-    let first = out.first().expect("every op has an output");
+    let Some(first) = out.first() else {
+        // An op's emission and its declared check disagree: a bug in the op, reported, not a panic.
+        return Err(Error::invalid(info.name, "its program returned no result besides its index check"));
+    };
     if let Some(done) = done {
         let enqueued_at = p.ns_since(exec_start);
         let inputs_done: SmallVec<[Arc<Completion>; 3]> = args.iter().map(|a| a.completion.clone()).collect();

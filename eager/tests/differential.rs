@@ -396,6 +396,17 @@ fn unary_cases(s: &mut Suite, rng: &mut StdRng) {
             });
         }
     }
+    for (idx, why) in
+        [(&[2i128, 0, 4, 4, 1, 3][..], "in range"), (&[1, 5], "a class past the end"), (&[-1, 0], "negative")]
+    {
+        for it in [DType::I32, DType::I64] {
+            let i = Input::ints(it, &[idx.len()], idx.to_vec());
+            s.add("one_hot", json!({"classes": 5}), vec![i], DType::I64, EXACT, |t| t[0].one_hot(5));
+            s.note(why);
+        }
+    }
+    let i = Input::ints(DType::I64, &[2, 3], vec![0, 1, 2, 2, 1, 0]);
+    s.add("one_hot", json!({"classes": 3}), vec![i], DType::I64, EXACT, |t| t[0].one_hot(3));
     for &d in NUMERIC {
         let x = draw(rng, d, &[3, 4], Draw::Mixed);
         let mask = draw(rng, DType::Bool, &[1, 4], Draw::Mixed);

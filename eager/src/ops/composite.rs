@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 
 use super::create::CreateOps;
 use super::elementwise::ElementwiseOps;
+use super::index::IndexOps;
 use super::matmul::MatmulOps;
 use super::movement::MovementOps;
 use super::reduce::ReduceOps;
@@ -108,6 +109,26 @@ pub(crate) trait CompositeOps: Operand {
             None => scores,
         };
         scores.softmax(-1)?.matmul(v)
+    }
+
+    /// `[*, classes]` i64 rows with a 1 at each index (torch's `one_hot`): a scatter of ones,
+    /// so indices are checked as `scatter_add` checks them.
+    fn one_hot(&self, classes: usize) -> Result<Self> {
+        if !matches!(self.dtype_of(), crate::dtype::DType::I32 | crate::dtype::DType::I64) {
+            return Err(Error::dtype("one_hot", format!("indices must be i32 or i64, got {}", self.spec())));
+        }
+        if let Some((lo, hi)) = self.host_bounds().filter(|(lo, hi)| lo <= hi) {
+            if lo < 0 || hi >= classes as i64 {
+                let bad = if lo < 0 { lo } else { hi };
+                return Err(Error::invalid("one_hot", format!("class {bad} is not in 0..{classes}")));
+            }
+        }
+        let mut shape = self.shape_of().to_vec();
+        shape.push(classes);
+        let zeros = Self::full_on(&shape, 0.0, crate::dtype::DType::I64, self.device())?;
+        let index = self.unsqueeze(-1)?;
+        let ones = Self::full_on(index.shape_of(), 1.0, crate::dtype::DType::I64, self.device())?;
+        zeros.scatter_add(-1, &index, &ones)
     }
 
     /// `x * x`.

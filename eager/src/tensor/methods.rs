@@ -208,6 +208,10 @@ forward! {
     /// lets query `i` attend keys `0..=i`. The softmax subtracts each row's max (stable); a row
     /// with nothing to attend gives NaN, as torch.
     scaled_dot_product_attention(k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool) => CompositeOps;
+    /// One-hot rows, i64 `[*self.shape, classes]` (torch's `F.one_hot`, with `classes` given):
+    /// a class outside `0..classes` is an error (at once for indices from the host; on the
+    /// device a negative one counts from the end, as eager's other indexing ops).
+    one_hot(classes: usize) => CompositeOps;
     /// `x * x`.
     square() => CompositeOps;
     /// `x * sigmoid(x)` (SiLU, swish).

@@ -251,6 +251,11 @@ def compute(op, a, x):
             keep &= np.tril(np.ones(s.shape[-2:], bool))
         s = np.where(keep, s, s.dtype.type(-np.inf))
         return softmax(s, -1) @ v
+    if op == "one_hot":
+        n = a["classes"]
+        if (x[0] < 0).any() or (x[0] >= n).any():
+            raise IndexError("class out of range")
+        return (x[0][..., None] == np.arange(n)).astype(np.int64)
     if op == "masked_fill":
         return np.where(x[1], np.asarray(a["value"]).astype(x[0].dtype), x[0])
     if op == "clamp":
