@@ -87,35 +87,64 @@ impl Emitter {
 
     /// `reduce` of `x` over `dims` with the binary `combine` op and its identity `init`.
     pub(crate) fn reduce(&mut self, x: &Value, dims: &[usize], combine: &str, init: f64) -> Value {
-        let scalar = Spec::new(&[], x.spec.dtype);
-        let init = self.constant(&scalar, init);
+        let init = self.constant(&Spec::new(&[], x.spec.dtype), init);
         let out =
             Spec { shape: super::reduce::reduced_shape(&x.spec.shape, dims, false), dtype: x.spec.dtype };
+        let attrs = format!("dimensions = {}", i64_array(dims));
+        self.with_combine("stablehlo.reduce", &[x, &init], combine, &attrs, &out)
+    }
+
+    /// `reduce_window` of `x` with the binary `combine` op from its identity `init`; `attrs`
+    /// are the window's (dimensions, strides, padding).
+    pub(crate) fn reduce_window(
+        &mut self,
+        x: &Value,
+        combine: &str,
+        init: f64,
+        attrs: &str,
+        out: &Spec,
+    ) -> Value {
+        let init = self.constant(&Spec::new(&[], x.spec.dtype), init);
+        self.with_combine("stablehlo.reduce_window", &[x, &init], combine, attrs, out)
+    }
+
+    /// `%n = "op"(operands) ({ region: combine two scalars of out's dtype }) {attrs} : (types)
+    /// -> out`: the form of reduce, reduce_window and scatter.
+    pub(crate) fn with_combine(
+        &mut self,
+        op: &str,
+        operands: &[&Value],
+        combine: &str,
+        attrs: &str,
+        out: &Spec,
+    ) -> Value {
         let name = self.fresh();
         let (a, b, r) = (self.fresh(), self.fresh(), self.fresh());
-        let t = scalar.mlir();
+        let t = Spec::new(&[], out.dtype).mlir();
+        let names: Vec<&str> = operands.iter().map(|v| v.name.as_str()).collect();
+        let types: Vec<String> = operands.iter().map(|v| v.spec.mlir()).collect();
         let _ = write!(
             self.body,
             concat!(
-                "    {name} = \"stablehlo.reduce\"({x}, {init}) ({{\n",
+                "    {name} = \"{op}\"({names}) ({{\n",
                 "    ^bb0({a}: {t}, {b}: {t}):\n",
                 "      {r} = \"{combine}\"({a}, {b}) : ({t}, {t}) -> {t}\n",
                 "      \"stablehlo.return\"({r}) : ({t}) -> ()\n",
-                "    }}) {{dimensions = {dims}}} : ({xt}, {t}) -> {ot}\n"
+                "    }}) {{{attrs}}} : ({types}) -> {out}\n"
             ),
             name = name,
-            x = x.name,
-            init = init.name,
+            op = op,
+            names = names.join(", "),
             a = a,
             b = b,
             r = r,
             t = t,
             combine = combine,
-            dims = i64_array(dims),
-            xt = x.spec.mlir(),
-            ot = out.mlir(),
+            attrs = attrs,
+            types = types.join(", "),
+            out = out.mlir(),
         );
-        Value { name, spec: out }
+        Value { name, spec: out.clone() }
     }
 }
 

@@ -303,35 +303,10 @@ impl OpDef for ScatterAdd {
             e.op("stablehlo.slice", &[src], &attr, &spec)
         };
         let all = list(0..rank);
-        let t = Spec::new(&[], out.dtype).mlir();
-        let name = e.fresh();
-        let (a, b, r) = (e.fresh(), e.fresh(), e.fresh());
-        let _ = write!(
-            e.body,
-            concat!(
-                "    {name} = \"stablehlo.scatter\"({dst}, {full}, {upd}) ({{\n",
-                "    ^bb0({a}: {t}, {b}: {t}):\n",
-                "      {r} = \"stablehlo.add\"({a}, {b}) : ({t}, {t}) -> {t}\n",
-                "      \"stablehlo.return\"({r}) : ({t}) -> ()\n",
-                "    }}) {{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [{all}], ",
-                "scatter_dims_to_operand_dims = [{all}], index_vector_dim = {rank}>, indices_are_sorted = false, ",
-                "unique_indices = false}} : ({dt}, {ft}, {ut}) -> {dt}\n"
-            ),
-            name = name,
-            dst = dst.name,
-            full = full.name,
-            upd = updates.name,
-            a = a,
-            b = b,
-            r = r,
-            t = t,
-            all = all,
-            rank = rank,
-            dt = out.mlir(),
-            ft = full.spec.mlir(),
-            ut = updates.spec.mlir(),
+        let attrs = format!(
+            "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [{all}], scatter_dims_to_operand_dims = [{all}], index_vector_dim = {rank}>, indices_are_sorted = false, unique_indices = false"
         );
-        Value { name, spec: out.clone() }
+        e.with_combine("stablehlo.scatter", &[dst, &full, &updates], "stablehlo.add", &attrs, out)
     }
     fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
         // The input passes through; each used source element gets the gradient where it landed.

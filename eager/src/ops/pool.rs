@@ -123,7 +123,7 @@ impl OpDef for Pool {
             i64_array(&self.window),
             i64_array(&self.stride)
         );
-        let r = reduce_window(e, &v, combine, init, &attrs, &wide);
+        let r = e.reduce_window(&v, combine, init, &attrs, &wide);
         if acc == out.dtype {
             r
         } else {
@@ -173,38 +173,6 @@ impl OpDef for Pool {
             }
         }
     }
-}
-
-/// `reduce_window` of `x` with the binary `combine` from `init` (generic MLIR form).
-fn reduce_window(e: &mut Emitter, x: &Value, combine: &str, init: f64, attrs: &str, out: &Spec) -> Value {
-    use std::fmt::Write as _;
-    let scalar = Spec::new(&[], x.spec.dtype);
-    let init = e.constant(&scalar, init);
-    let name = e.fresh();
-    let (a, b, r) = (e.fresh(), e.fresh(), e.fresh());
-    let t = scalar.mlir();
-    let _ = write!(
-        e.body,
-        concat!(
-            "    {name} = \"stablehlo.reduce_window\"({x}, {init}) ({{\n",
-            "    ^bb0({a}: {t}, {b}: {t}):\n",
-            "      {r} = \"{combine}\"({a}, {b}) : ({t}, {t}) -> {t}\n",
-            "      \"stablehlo.return\"({r}) : ({t}) -> ()\n",
-            "    }}) {{{attrs}}} : ({xt}, {t}) -> {ot}\n"
-        ),
-        name = name,
-        x = x.name,
-        init = init.name,
-        a = a,
-        b = b,
-        r = r,
-        t = t,
-        combine = combine,
-        attrs = attrs,
-        xt = x.spec.mlir(),
-        ot = out.mlir(),
-    );
-    Value { name, spec: out.clone() }
 }
 
 fn pads_attr(p: &PoolPads) -> String {
@@ -305,6 +273,17 @@ impl OpDef for MaxPoolGrad {
 
 /// Pooling, built on any [`Operand`] (the `Tensor` methods of the same names).
 pub(crate) trait PoolOps: Operand {
+    /// `(H, W)` of a float `[C, H, W]` or `[N, C, H, W]` operand, or the error naming `name`.
+    fn image_size(&self, name: &'static str) -> Result<(usize, usize)> {
+        let r = self.rank_of();
+        if !(3..=4).contains(&r) {
+            let msg = format!("needs a [C, H, W] or [N, C, H, W] input, got {:?}", self.shape_of());
+            return Err(Error::shape(name, msg));
+        }
+        Accepts::Float.check(name, self.dtype_of())?;
+        Ok((self.shape_of()[r - 2], self.shape_of()[r - 1]))
+    }
+
     /// A pool over the last two dims of a `[C, H, W]` or `[N, C, H, W]` operand.
     fn pool2d(
         &self,
@@ -314,15 +293,7 @@ pub(crate) trait PoolOps: Operand {
         stride: Option<[usize; 2]>,
         padding: [usize; 2],
     ) -> Result<Self> {
-        let r = self.rank_of();
-        if !(3..=4).contains(&r) {
-            return Err(Error::shape(
-                name,
-                format!("needs a [C, H, W] or [N, C, H, W] input, got {:?}", self.shape_of()),
-            ));
-        }
-        Accepts::Float.check(name, self.dtype_of())?;
-        let (h, w) = (self.shape_of()[r - 2], self.shape_of()[r - 1]);
+        let (h, w) = self.image_size(name)?;
         if (0..2).any(|d| [h, w][d] + 2 * padding[d] < kernel[d]) {
             return Err(Error::shape(
                 name,
@@ -345,7 +316,7 @@ pub(crate) trait PoolOps: Operand {
                 format!("padding {padding:?} must be at most half the kernel {kernel:?} (as torch)"),
             ));
         }
-        let lead = r - 2;
+        let lead = self.rank_of() - 2;
         let ones = |v: [usize; 2]| -> Vec<usize> { (0..lead).map(|_| 1).chain(v).collect() };
         let mut pads: PoolPads = (0..lead).map(|_| [0, 0]).collect();
         pads.extend(padding.iter().map(|&p| [p, p]));
@@ -382,15 +353,7 @@ pub(crate) trait PoolOps: Operand {
     /// windows of `H / oh` by `W / ow`, which must divide evenly.
     fn adaptive_avg_pool2d(&self, output: [usize; 2]) -> Result<Self> {
         let name = "adaptive_avg_pool2d";
-        let r = self.rank_of();
-        if !(3..=4).contains(&r) {
-            return Err(Error::shape(
-                name,
-                format!("needs a [C, H, W] or [N, C, H, W] input, got {:?}", self.shape_of()),
-            ));
-        }
-        Accepts::Float.check(name, self.dtype_of())?;
-        let (h, w) = (self.shape_of()[r - 2], self.shape_of()[r - 1]);
+        let (h, w) = self.image_size(name)?;
         if output == [1, 1] {
             return self.mean(&[-2, -1], true);
         }

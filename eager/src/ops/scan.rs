@@ -2,8 +2,6 @@
 //! reduction of the window of elements up to it (`stablehlo.reduce_window`). f16 and bf16
 //! accumulate in f32 and round once per element.
 
-use std::fmt::Write as _;
-
 use crate::error::{Error, Result};
 use crate::shape::Spec;
 
@@ -58,8 +56,6 @@ impl OpDef for Scan {
             ScanKind::Sum => ("stablehlo.add", 0.0),
             ScanKind::Prod => ("stablehlo.multiply", 1.0),
         };
-        let scalar = Spec::new(&[], acc);
-        let init = e.constant(&scalar, init);
         // Window: `n` elements along `dim` ending at (or, reversed, starting at) each element.
         let rank = out.rank();
         let windows: Vec<String> = (0..rank).map(|d| if d == self.dim { n } else { 1 }.to_string()).collect();
@@ -70,34 +66,13 @@ impl OpDef for Scan {
                 (true, true) => format!("[0, {}]", n - 1),
             })
             .collect();
-        let name = e.fresh();
-        let (a, b, r) = (e.fresh(), e.fresh(), e.fresh());
-        let t = scalar.mlir();
-        let _ = write!(
-            e.body,
-            concat!(
-                "    {name} = \"stablehlo.reduce_window\"({x}, {init}) ({{\n",
-                "    ^bb0({a}: {t}, {b}: {t}):\n",
-                "      {r} = \"{combine}\"({a}, {b}) : ({t}, {t}) -> {t}\n",
-                "      \"stablehlo.return\"({r}) : ({t}) -> ()\n",
-                "    }}) {{window_dimensions = array<i64: {windows}>, window_strides = array<i64: {strides}>, ",
-                "padding = dense<[{pads}]> : tensor<{rank}x2xi64>}} : ({wt}, {t}) -> {wt}\n"
-            ),
-            name = name,
-            x = v.name,
-            init = init.name,
-            a = a,
-            b = b,
-            r = r,
-            t = t,
-            combine = combine,
-            windows = windows.join(", "),
-            strides = vec!["1"; rank].join(", "),
-            pads = pads.join(", "),
-            rank = rank,
-            wt = wide.mlir(),
+        let attrs = format!(
+            "window_dimensions = array<i64: {}>, window_strides = array<i64: {}>, padding = dense<[{}]> : tensor<{rank}x2xi64>",
+            windows.join(", "),
+            vec!["1"; rank].join(", "),
+            pads.join(", "),
         );
-        let scanned = Value { name, spec: wide };
+        let scanned = e.reduce_window(&v, combine, init, &attrs, &wide);
         if acc == out.dtype {
             scanned
         } else {
