@@ -34,6 +34,16 @@ pub(crate) struct IndexCheck {
 }
 
 impl IndexCheck {
+    /// The check of an op indexing `dim` of `input`, if it checks on the device.
+    fn of(check: bool, dim: usize, input: &Spec) -> Option<IndexCheck> {
+        check.then(|| IndexCheck { dim, size: input.shape[dim] })
+    }
+
+    /// The attributes of an indexing op, as the profiler prints them: `dim=0 checked`.
+    fn attrs(dim: usize, check: bool) -> String {
+        format!("dim={dim}{}", if check { " checked" } else { "" })
+    }
+
     /// The failure for a bad `index` (the same words as the check of host indices).
     pub(crate) fn message(&self, index: i64) -> String {
         format!("index {index} is out of range for dim {} of size {}", self.dim, self.size)
@@ -45,7 +55,7 @@ impl OpDef for IndexSelect {
         "index_select"
     }
     fn attrs(&self) -> String {
-        format!("dim={}{}", self.dim, if self.check { " checked" } else { "" })
+        IndexCheck::attrs(self.dim, self.check)
     }
     fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
         let (name, dim) = (self.name(), self.dim);
@@ -123,7 +133,7 @@ impl OpDef for IndexSelect {
         Ok(smallvec::smallvec![Some(scattered.reshape(&full)?.permute(&inverse)?), None])
     }
     fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
-        self.check.then(|| IndexCheck { dim: self.dim, size: inputs[0].shape[self.dim] })
+        IndexCheck::of(self.check, self.dim, &inputs[0])
     }
 }
 
@@ -233,7 +243,7 @@ impl OpDef for Gather {
         "gather"
     }
     fn attrs(&self) -> String {
-        format!("dim={}{}", self.dim, if self.check { " checked" } else { "" })
+        IndexCheck::attrs(self.dim, self.check)
     }
     fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
         check_arity(self.name(), inputs, 2)?;
@@ -263,7 +273,7 @@ impl OpDef for Gather {
         Ok(smallvec::smallvec![Some(T::apply(scatter, &[&x[0].zeros_like()?, x[1], g], None)?), None])
     }
     fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
-        self.check.then(|| IndexCheck { dim: self.dim, size: inputs[0].shape[self.dim] })
+        IndexCheck::of(self.check, self.dim, &inputs[0])
     }
 }
 
@@ -272,7 +282,7 @@ impl OpDef for ScatterAdd {
         "scatter_add"
     }
     fn attrs(&self) -> String {
-        format!("dim={}{}", self.dim, if self.check { " checked" } else { "" })
+        IndexCheck::attrs(self.dim, self.check)
     }
     fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
         let name = self.name();
@@ -328,7 +338,7 @@ impl OpDef for ScatterAdd {
         Ok(smallvec::smallvec![Some(g.clone()), None, Some(src_grad)])
     }
     fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
-        self.check.then(|| IndexCheck { dim: self.dim, size: inputs[0].shape[self.dim] })
+        IndexCheck::of(self.check, self.dim, &inputs[0])
     }
 }
 
@@ -434,19 +444,7 @@ pub(crate) trait IndexOps: Operand {
     /// device, reported by the next read of a result that depends on this one.
     fn index_select(&self, dim: isize, indices: &Self) -> Result<Self> {
         let d = self.dim("index_select", dim)?;
-        let size = self.shape_of()[d];
-        let check = match indices.host_bounds() {
-            Some((lo, hi)) => {
-                let bad = if hi >= size as i64 { hi } else { lo };
-                if lo <= hi && (lo < -(size as i64) || hi >= size as i64) {
-                    let c = IndexCheck { dim: d, size };
-                    return Err(Error::invalid("index_select", c.message(bad)));
-                }
-                false
-            }
-            // Traced indices have no values until the compiled function runs: not checked.
-            None => !indices.is_traced() && !self.is_traced(),
-        };
+        let check = device_check("index_select", self, d, indices)?;
         Self::apply(Op::IndexSelect(IndexSelect { dim: d, check }), &[self, indices], None)
     }
 }
