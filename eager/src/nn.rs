@@ -2,6 +2,8 @@
 //! Layers keep their weights in [`Var`]s, so an optimizer can update them and a compiled
 //! training step reads and writes them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::Padding;
@@ -20,19 +22,44 @@ pub trait Module {
         self.named_parameters().into_iter().map(|(_, v)| v).collect()
     }
 
-    /// Training or evaluation mode (only dropout cares).
-    fn set_training(&mut self, _on: bool) {}
+    /// State that is saved and loaded with the parameters but takes no gradient (batch norm's
+    /// running statistics), with dotted paths as for parameters.
+    fn named_buffers(&self) -> Vec<(String, Var)> {
+        Vec::new()
+    }
+
+    /// Training or evaluation mode (dropout and batch norm care). A mode is read when a
+    /// compiled function is traced: compile the training step and the evaluation separately.
+    fn set_training(&self, _on: bool) {}
+
+    /// Training mode (as torch's `model.train()`): dropout drops, batch norm uses and updates
+    /// batch statistics.
+    fn train(&self) {
+        self.set_training(true)
+    }
+
+    /// Evaluation mode (as torch's `model.eval()`): dropout is the identity, batch norm uses
+    /// its running statistics.
+    fn eval(&self) {
+        self.set_training(false)
+    }
+}
+
+/// A sub-module's parameters or buffers under `prefix.`.
+fn prefixed(prefix: &str, named: Vec<(String, Var)>) -> Vec<(String, Var)> {
+    named.into_iter().map(|(n, v)| (format!("{prefix}.{n}"), v)).collect()
 }
 
 /// The named values of a module's parameters, for saving (`eager::io::save_safetensors`).
+/// Parameters then buffers, as torch's `state_dict`.
 pub fn state_dict(m: &dyn Module) -> Vec<(String, Tensor)> {
-    m.named_parameters().into_iter().map(|(n, v)| (n, v.get().detach())).collect()
+    m.named_parameters().into_iter().chain(m.named_buffers()).map(|(n, v)| (n, v.get().detach())).collect()
 }
 
 /// Sets a module's parameters from named values (as loaded from a file); every parameter
-/// must be present with its shape and dtype.
+/// and buffer must be present with its shape and dtype.
 pub fn load_state_dict(m: &dyn Module, values: &[(String, Tensor)]) -> Result<()> {
-    for (name, var) in m.named_parameters() {
+    for (name, var) in m.named_parameters().into_iter().chain(m.named_buffers()) {
         let (_, t) = values
             .iter()
             .find(|(n, _)| *n == name)
@@ -289,12 +316,324 @@ impl Module for LayerNorm {
     }
 }
 
+/// Batch normalisation over dim 1 of `[N, C, ...]` (torch's `F.batch_norm`). Training: each
+/// channel is normalised with its batch mean and biased variance, and the running statistics
+/// move towards the batch's (`new = (1 - momentum) old + momentum batch`, the variance
+/// unbiased, as torch); evaluation: the running statistics normalise. Then `weight` scales and
+/// `bias` shifts, per channel.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm(
+    x: &Tensor,
+    running_mean: &Var,
+    running_var: &Var,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> Result<Tensor> {
+    let shape = x.shape().to_vec();
+    let channels = *shape.get(1).unwrap_or(&0);
+    let stats = running_mean.get();
+    if shape.len() < 2
+        || !x.dtype().is_float()
+        || stats.shape() != [channels]
+        || running_var.get().shape() != [channels]
+    {
+        let msg = format!(
+            "needs a float [N, C, ...] input and running statistics [C], got {}, {} and {}",
+            x.spec(),
+            stats.spec(),
+            running_var.get().spec()
+        );
+        return Err(Error::shape("batch_norm", msg));
+    }
+    // Per-channel values broadcast against [N, C, 1, ...].
+    let mut column = vec![1isize; shape.len()];
+    column[1] = -1;
+    let normed = if training {
+        let count: usize = shape.iter().enumerate().filter(|&(d, _)| d != 1).map(|(_, &s)| s).product();
+        if count < 2 {
+            let msg = format!("expected more than 1 value per channel when training, got input {}", x.spec());
+            return Err(Error::invalid("batch_norm", msg));
+        }
+        let over: Vec<isize> = (0..shape.len() as isize).filter(|&d| d != 1).collect();
+        let mean = x.mean(&over, true)?;
+        let centered = x.sub(&mean)?;
+        let var = centered.square()?.mean(&over, true)?;
+        let unbiased = var.mul_scalar(count as f64 / (count - 1) as f64)?.reshape(&[-1])?;
+        let blend = |old: &Var, batch: &Tensor| -> Result<()> {
+            old.set(old.get().mul_scalar(1.0 - momentum)?.add(&batch.detach().mul_scalar(momentum)?)?)
+        };
+        blend(running_mean, &mean.reshape(&[-1])?)?;
+        blend(running_var, &unbiased)?;
+        centered.mul(&var.add_scalar(eps)?.rsqrt()?)?
+    } else {
+        let mean = stats.reshape(&column)?;
+        let inv = running_var.get().add_scalar(eps)?.rsqrt()?.reshape(&column)?;
+        x.sub(&mean)?.mul(&inv)?
+    };
+    let scaled = match weight {
+        Some(w) => normed.mul(&w.reshape(&column)?)?,
+        None => normed,
+    };
+    match bias {
+        Some(b) => scaled.add(&b.reshape(&column)?),
+        None => Ok(scaled),
+    }
+}
+
+/// Batch normalisation of `[N, C, H, W]` images, as torch's `nn.BatchNorm2d`: a learned scale
+/// (ones) and shift (zeros) per channel, running mean (zeros) and variance (ones) as buffers,
+/// momentum 0.1, eps 1e-5; training mode until [`Module::eval`].
+pub struct BatchNorm2d {
+    pub weight: Var,
+    pub bias: Var,
+    pub running_mean: Var,
+    pub running_var: Var,
+    pub momentum: f64,
+    pub eps: f64,
+    training: AtomicBool,
+}
+
+impl BatchNorm2d {
+    pub fn new(channels: usize) -> Result<BatchNorm2d> {
+        Ok(BatchNorm2d {
+            weight: Var::parameter("weight", Tensor::ones(&[channels], DType::F32)?)?,
+            bias: Var::parameter("bias", Tensor::zeros(&[channels], DType::F32)?)?,
+            running_mean: Var::new("running_mean", Tensor::zeros(&[channels], DType::F32)?),
+            running_var: Var::new("running_var", Tensor::ones(&[channels], DType::F32)?),
+            momentum: 0.1,
+            eps: 1e-5,
+            training: AtomicBool::new(true),
+        })
+    }
+}
+
+impl Module for BatchNorm2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.rank() != 4 {
+            return Err(Error::shape("BatchNorm2d", format!("needs [N, C, H, W], got {}", x.spec())));
+        }
+        let (w, b) = (self.weight.get(), self.bias.get());
+        let training = self.training.load(Ordering::Relaxed);
+        batch_norm(
+            x,
+            &self.running_mean,
+            &self.running_var,
+            Some(&w),
+            Some(&b),
+            training,
+            self.momentum,
+            self.eps,
+        )
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        vec![("weight".to_string(), self.weight.clone()), ("bias".to_string(), self.bias.clone())]
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Var)> {
+        vec![
+            ("running_mean".to_string(), self.running_mean.clone()),
+            ("running_var".to_string(), self.running_var.clone()),
+        ]
+    }
+
+    fn set_training(&self, on: bool) {
+        self.training.store(on, Ordering::Relaxed);
+    }
+}
+
+/// Self-attention of `[B, T, dim]` inputs over `heads` heads (torch's `nn.MultiheadAttention`
+/// with `batch_first=True`, queries, keys and values all the input): one projection to q, k
+/// and v (`in_proj`, `[3 dim, dim]`), scaled dot-product attention per head, the heads merged
+/// and projected (`out_proj`). `causal` lets position `i` attend positions `0..=i` only.
+pub struct MultiheadAttention {
+    pub in_proj: Linear,
+    pub out_proj: Linear,
+    pub heads: usize,
+    pub causal: bool,
+}
+
+/// Keys and values of the positions decoded so far, for one attention layer: `[B, heads,
+/// capacity, head_dim]` each, filled one position per [`MultiheadAttention::decode`]. Shapes
+/// never change while it fills, so every decoding step runs the same cached executables.
+pub struct KvCache {
+    keys: Tensor,
+    values: Tensor,
+    positions: Tensor,
+    len: usize,
+}
+
+impl KvCache {
+    /// Positions filled so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions it can hold.
+    pub fn capacity(&self) -> usize {
+        self.positions.shape()[0]
+    }
+}
+
+impl MultiheadAttention {
+    pub fn new(dim: usize, heads: usize, causal: bool) -> Result<MultiheadAttention> {
+        if heads == 0 || !dim.is_multiple_of(heads) {
+            let msg = format!("dim {dim} must be a multiple of the number of heads ({heads})");
+            return Err(Error::invalid("MultiheadAttention", msg));
+        }
+        Ok(MultiheadAttention {
+            in_proj: Linear::new(dim, 3 * dim)?,
+            out_proj: Linear::new(dim, dim)?,
+            heads,
+            causal,
+        })
+    }
+
+    fn dim(&self) -> usize {
+        self.out_proj.weight.get().shape()[0]
+    }
+
+    /// q, k, v of `[B, T, dim]`, each `[B, heads, T, head_dim]`.
+    fn project(&self, x: &Tensor) -> Result<[Tensor; 3]> {
+        let dim = self.dim();
+        if x.rank() != 3 || x.shape()[2] != dim {
+            let msg = format!("needs [B, T, {dim}] inputs, got {}", x.spec());
+            return Err(Error::shape("MultiheadAttention", msg));
+        }
+        let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
+        let qkv = self.in_proj.forward(x)?;
+        let head = |i: usize| -> Result<Tensor> {
+            qkv.narrow(-1, i * dim, dim)?.reshape(&[b, t, self.heads as isize, -1])?.permute(&[0, 2, 1, 3])
+        };
+        Ok([head(0)?, head(1)?, head(2)?])
+    }
+
+    /// `[B, heads, T, head_dim]` back to `[B, T, dim]`, projected.
+    fn merge(&self, heads: &Tensor) -> Result<Tensor> {
+        let (b, t) = (heads.shape()[0] as isize, heads.shape()[2] as isize);
+        self.out_proj.forward(&heads.permute(&[0, 2, 1, 3])?.reshape(&[b, t, -1])?)
+    }
+
+    /// Self-attention of `x` `[B, T, dim]`; `mask` (bool, broadcast to `[B, heads, T, T]`)
+    /// is true where a query may attend, on top of the causal rule if set.
+    pub fn attend(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let [q, k, v] = self.project(x)?;
+        self.merge(&q.scaled_dot_product_attention(&k, &v, mask, self.causal)?)
+    }
+
+    /// An empty key/value cache for decoding `batch` sequences of up to `capacity` positions.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        let w = self.out_proj.weight.get();
+        let shape = [batch, self.heads, capacity, self.dim() / self.heads];
+        Ok(KvCache {
+            keys: Tensor::full_on(&shape, 0.0, w.dtype(), w.device())?,
+            values: Tensor::full_on(&shape, 0.0, w.dtype(), w.device())?,
+            positions: Tensor::arange_on(0.0, capacity as f64, 1.0, DType::I64, w.device())?,
+            len: 0,
+        })
+    }
+
+    /// Attention of one new position `x` `[B, 1, dim]` over it and every position in `cache`,
+    /// which it joins: the same result as [`MultiheadAttention::attend`] (causal) gives at
+    /// that position for the whole sequence, without recomputing the earlier keys and values.
+    pub fn decode(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        if x.rank() != 3 || x.shape()[1] != 1 {
+            let msg = format!("decodes one position at a time, [B, 1, dim], got {}", x.spec());
+            return Err(Error::shape("MultiheadAttention::decode", msg));
+        }
+        if cache.len == cache.capacity() {
+            let msg = format!("the key/value cache is full ({} positions)", cache.capacity());
+            return Err(Error::invalid("MultiheadAttention::decode", msg));
+        }
+        let [q, k, v] = self.project(x)?;
+        let pos = cache.len as f64;
+        // The new key and value go to slot `pos`; the query sees slots 0..=pos.
+        let slot = cache.positions.eq_scalar(pos)?.reshape(&[1, 1, -1, 1])?;
+        cache.keys = slot.where_cond(&k.broadcast_to(cache.keys.shape())?, &cache.keys)?;
+        cache.values = slot.where_cond(&v.broadcast_to(cache.values.shape())?, &cache.values)?;
+        cache.len += 1;
+        let seen = cache.positions.le_scalar(pos)?.reshape(&[1, 1, 1, -1])?;
+        self.merge(&q.scaled_dot_product_attention(&cache.keys, &cache.values, Some(&seen), false)?)
+    }
+}
+
+impl Module for MultiheadAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.attend(x, None)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let mut v = prefixed("in_proj", self.in_proj.named_parameters());
+        v.extend(prefixed("out_proj", self.out_proj.named_parameters()));
+        v
+    }
+}
+
+/// A pre-norm transformer block (GPT-2's): `x + attn(ln1(x))`, then `h + mlp(ln2(h))` with a
+/// GELU (exact) MLP of `dim -> hidden -> dim`. Inputs `[B, T, dim]`.
+pub struct TransformerBlock {
+    pub ln1: LayerNorm,
+    pub attn: MultiheadAttention,
+    pub ln2: LayerNorm,
+    pub fc: Linear,
+    pub proj: Linear,
+}
+
+impl TransformerBlock {
+    /// Causal attention, an MLP of `4 dim`.
+    pub fn new(dim: usize, heads: usize) -> Result<TransformerBlock> {
+        TransformerBlock::with_options(dim, heads, 4 * dim, true)
+    }
+
+    pub fn with_options(dim: usize, heads: usize, hidden: usize, causal: bool) -> Result<TransformerBlock> {
+        Ok(TransformerBlock {
+            ln1: LayerNorm::new(dim)?,
+            attn: MultiheadAttention::new(dim, heads, causal)?,
+            ln2: LayerNorm::new(dim)?,
+            fc: Linear::new(dim, hidden)?,
+            proj: Linear::new(hidden, dim)?,
+        })
+    }
+
+    fn mlp(&self, h: &Tensor) -> Result<Tensor> {
+        h.add(&self.proj.forward(&gelu_exact(&self.fc.forward(&self.ln2.forward(h)?)?)?)?)
+    }
+
+    /// One new position `[B, 1, dim]` through the block, its attention over `cache` (see
+    /// [`MultiheadAttention::decode`]).
+    pub fn decode(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        self.mlp(&x.add(&self.attn.decode(&self.ln1.forward(x)?, cache)?)?)
+    }
+}
+
+impl Module for TransformerBlock {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.mlp(&x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let mut v = prefixed("ln1", self.ln1.named_parameters());
+        v.extend(prefixed("attn", self.attn.named_parameters()));
+        v.extend(prefixed("ln2", self.ln2.named_parameters()));
+        v.extend(prefixed("fc", self.fc.named_parameters()));
+        v.extend(prefixed("proj", self.proj.named_parameters()));
+        v
+    }
+}
+
 /// Zeroes each element with probability `p` while training and scales the rest by
 /// 1/(1-p); the identity in evaluation. The mask comes from the on-device generator
 /// (seeded with `manual_seed`), and is drawn afresh at every call of a compiled step.
 pub struct Dropout {
     pub p: f64,
-    pub training: bool,
+    training: AtomicBool,
 }
 
 impl Dropout {
@@ -302,13 +641,13 @@ impl Dropout {
         if !(0.0..1.0).contains(&p) {
             return Err(Error::invalid("dropout", format!("p must be in [0, 1), got {p}")));
         }
-        Ok(Dropout { p, training: true })
+        Ok(Dropout { p, training: AtomicBool::new(true) })
     }
 }
 
 impl Module for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if !self.training || self.p == 0.0 {
+        if !self.training.load(Ordering::Relaxed) || self.p == 0.0 {
             return Ok(x.clone());
         }
         let keep = Tensor::random_on(crate::ops::Dist::Uniform, x.shape(), x.dtype(), x.device())?
@@ -320,8 +659,8 @@ impl Module for Dropout {
         Vec::new()
     }
 
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
+    fn set_training(&self, on: bool) {
+        self.training.store(on, Ordering::Relaxed);
     }
 }
 
@@ -406,12 +745,20 @@ impl Module for Sequential {
         self.layers
             .iter()
             .enumerate()
-            .flat_map(|(i, l)| l.named_parameters().into_iter().map(move |(n, v)| (format!("{i}.{n}"), v)))
+            .flat_map(|(i, l)| prefixed(&i.to_string(), l.named_parameters()))
             .collect()
     }
 
-    fn set_training(&mut self, on: bool) {
-        for l in &mut self.layers {
+    fn named_buffers(&self) -> Vec<(String, Var)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| prefixed(&i.to_string(), l.named_buffers()))
+            .collect()
+    }
+
+    fn set_training(&self, on: bool) {
+        for l in &self.layers {
             l.set_training(on);
         }
     }

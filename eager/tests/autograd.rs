@@ -413,6 +413,38 @@ fn rms_norm_group_norm_and_attention() {
 }
 
 #[test]
+fn take_along_dim_index_add_and_batch_norm() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    // Indices broadcast over dim 0; repeated and negative.
+    let idx = Tensor::from_slice(&[2i64, -1, 0], &[1, 3]).unwrap();
+    check_gradients(
+        "take_along_dim",
+        |a| a[0].take_along_dim(&idx, 1),
+        vec![uniform(&mut rng, &[2, 3], -2.0, 2.0)],
+    );
+    let rows = Tensor::from_slice(&[1i64, -1, 1], &[3]).unwrap();
+    let inputs = vec![uniform(&mut rng, &[4, 2], -2.0, 2.0), uniform(&mut rng, &[3, 2], -2.0, 2.0)];
+    check_gradients("index_add", |a| a[0].index_add(0, &rows, &a[1]), inputs);
+    // Training mode: the batch statistics depend on the input, so its gradient is not the
+    // evaluation-mode one; weight and bias per channel.
+    for training in [true, false] {
+        let stats = |v: f64| Var::new("stat", Tensor::full(&[3], v, DType::F64).unwrap());
+        let (mean, var) = (stats(0.2), stats(1.5));
+        let inputs = vec![
+            uniform(&mut rng, &[2, 3, 2, 2], -2.0, 2.0),
+            uniform(&mut rng, &[3], 0.5, 1.5),
+            uniform(&mut rng, &[3], -1.0, 1.0),
+        ];
+        check_gradients(
+            &format!("batch_norm training={training}"),
+            |a| eager::nn::batch_norm(&a[0], &mean, &var, Some(&a[1]), Some(&a[2]), training, 0.1, 1e-5),
+            inputs,
+        );
+    }
+}
+
+#[test]
 fn cat_splits_the_gradient() {
     let _serial = common::serial();
     let mut rng = StdRng::seed_from_u64(SEED);

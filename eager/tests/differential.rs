@@ -720,6 +720,40 @@ fn movement_cases(s: &mut Suite, rng: &mut StdRng) {
             s.note(why);
         }
     }
+    // take_along_dim: the indices and the input broadcast against each other outside `dim`.
+    let takes: &[(isize, &[usize], &[usize], &[i128], &str)] = &[
+        (1, &[4, 3], &[1, 2], &[2, -1], "indices broadcast over dim 0"),
+        (0, &[4, 3], &[2, 1], &[3, -4], "indices broadcast over dim 1"),
+        (1, &[4, 1], &[4, 2], &[0, 0, 0, -1, 0, 0, -1, -1], "input broadcast over dim 1"),
+        (0, &[4, 3], &[1, 3], &[0, 4, 1], "index past the end"),
+    ];
+    for &(dim, x_shape, shape, idx, why) in takes {
+        let x = draw(rng, DType::F32, x_shape, Draw::Mixed);
+        let i = Input::ints(DType::I64, shape, idx.to_vec());
+        s.add("take_along_dim", json!({"dim": dim}), vec![x, i], DType::F32, EXACT, move |t| {
+            t[0].take_along_dim(&t[1], dim)
+        });
+        s.note(why);
+    }
+    // index_add: slices of a source added at a 1-D index's positions along either dim.
+    let adds: &[(isize, &[i128], &str)] = &[
+        (0, &[3, 0, 3, -1], "repeated and negative indices"),
+        (1, &[2, -3], "along dim 1"),
+        (0, &[], "no indices"),
+        (1, &[0, 3], "index past the end"),
+    ];
+    for &(dim, idx, why) in adds {
+        for &d in &[DType::F32, DType::I64, DType::BF16] {
+            let base = draw(rng, d, &[4, 3], Draw::Range(-4.0, 4.0));
+            let src_shape: &[usize] = if dim == 0 { &[idx.len(), 3] } else { &[4, idx.len()] };
+            let src = draw(rng, d, src_shape, Draw::Range(-4.0, 4.0));
+            let i = Input::ints(DType::I32, &[idx.len()], idx.to_vec());
+            s.add("index_add", json!({"dim": dim}), vec![base, i, src], d, COMPOSITE, move |t| {
+                t[0].index_add(dim, &t[1], &t[2])
+            });
+            s.note(why);
+        }
+    }
     // Embedding takes the same indices (any shape).
     let table = draw(rng, DType::F32, &[6, 3], Draw::Range(-1.0, 1.0));
     let lookups: &[(&[usize], &[i128], &str)] =

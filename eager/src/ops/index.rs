@@ -440,6 +440,67 @@ pub(crate) trait IndexOps: Operand {
         Self::apply(Op::ScatterAdd(ScatterAdd { dim: d, check }), &[self, indices, src], None)
     }
 
+    /// `gather` after broadcasting `self` and `indices` against each other in every dim but
+    /// `dim` (torch's `take_along_dim`, NumPy's `take_along_axis`).
+    fn take_along_dim(&self, indices: &Self, dim: isize) -> Result<Self> {
+        let d = self.dim("take_along_dim", dim)?;
+        let (xs, is) = (self.shape_of(), indices.shape_of());
+        let mismatch = || {
+            let msg = format!(
+                "{} and indices {} must have the same rank and broadcast in every dim but {d}",
+                self.spec(),
+                indices.spec()
+            );
+            Error::shape("take_along_dim", msg)
+        };
+        if xs.len() != is.len() {
+            return Err(mismatch());
+        }
+        let mut x_shape = xs.to_vec();
+        let mut i_shape = is.to_vec();
+        for k in (0..xs.len()).filter(|&k| k != d) {
+            let size = match (xs[k], is[k]) {
+                (a, b) if a == b || b == 1 => a,
+                (1, b) => b,
+                _ => return Err(mismatch()),
+            };
+            (x_shape[k], i_shape[k]) = (size, size);
+        }
+        device_check("take_along_dim", self, d, indices)?; // host indices fail here, naming this op
+        let bounds = indices.host_bounds();
+        self.broadcast_to(&x_shape)?.gather(dim, &indices.broadcast_to(&i_shape)?.with_host_bounds(bounds))
+    }
+
+    /// `self` with the slices of `source` added at the positions a 1-D `index` names along
+    /// `dim` (torch's `index_add`): `out[index[i]] += source[i]` for `dim` 0, repeated indices
+    /// adding up. A `scatter_add` of `source` with `index` broadcast to its shape.
+    fn index_add(&self, dim: isize, index: &Self, source: &Self) -> Result<Self> {
+        let d = self.dim("index_add", dim)?;
+        let (xs, ss) = (self.shape_of(), source.shape_of());
+        let fits = index.rank_of() == 1
+            && ss.len() == xs.len()
+            && ss[d] == index.shape_of()[0]
+            && (0..xs.len()).all(|k| k == d || xs[k] == ss[k]);
+        if !fits {
+            let msg = format!(
+                "needs a 1-D index and a source shaped as {} except along dim {d} (of the index's \
+                 length), got index {} and source {}",
+                self.spec(),
+                index.spec(),
+                source.spec()
+            );
+            return Err(Error::shape("index_add", msg));
+        }
+        if !matches!(index.dtype_of(), DType::I32 | DType::I64) {
+            return Err(Error::dtype("index_add", format!("index must be i32 or i64, got {}", index.spec())));
+        }
+        device_check("index_add", self, d, index)?; // host indices fail here, naming this op
+        let mut column = vec![1isize; xs.len()];
+        column[d] = -1;
+        let spread = index.reshape(&column)?.broadcast_to(ss)?.with_host_bounds(index.host_bounds());
+        self.scatter_add(dim, &spread, source)
+    }
+
     /// Indices from the host (with known bounds) are checked here, at once; others on the
     /// device, reported by the next read of a result that depends on this one.
     fn index_select(&self, dim: isize, indices: &Self) -> Result<Self> {

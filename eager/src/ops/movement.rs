@@ -365,7 +365,10 @@ pub(crate) trait MovementOps: Operand {
         if shape == self.shape_of() {
             return Ok(self.clone());
         }
-        Self::apply(Op::BroadcastTo(BroadcastTo { shape: shape.into() }), &[self], None)
+        // Broadcasting repeats values: host index bounds still hold.
+        let bounds = self.host_bounds();
+        Ok(Self::apply(Op::BroadcastTo(BroadcastTo { shape: shape.into() }), &[self], None)?
+            .with_host_bounds(bounds))
     }
 
     fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Self> {

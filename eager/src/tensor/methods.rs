@@ -261,6 +261,14 @@ forward! {
     /// up. Only the part of `src` the shape of `indices` covers takes part. Negative indices
     /// count from the end; out of range ones are errors.
     scatter_add(dim: isize, indices: &Tensor, src: &Tensor) => IndexOps;
+    /// [`Tensor::gather`] after broadcasting `self` and `indices` against each other in every
+    /// dim but `dim` (torch's `take_along_dim`, NumPy's `take_along_axis`); both of one rank.
+    take_along_dim(indices: &Tensor, dim: isize) => IndexOps;
+    /// `self` with the slices of `source` added at the positions the 1-D `index` names along
+    /// `dim` (torch's `index_add`): `out[index[i]] += source[i]` for `dim` 0, repeated indices
+    /// adding up. `source` is shaped as `self` except along `dim`, where it has the index's
+    /// length. Negative indices count from the end; out of range ones are errors.
+    index_add(dim: isize, index: &Tensor, source: &Tensor) => IndexOps;
 }
 
 impl Tensor {

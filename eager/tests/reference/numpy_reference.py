@@ -304,6 +304,15 @@ def compute(op, a, x):
         src = x[2][tuple(slice(0, n) for n in idx.shape)]
         np.add.at(out, tuple(grid), src)
         return out
+    if op == "take_along_dim":
+        # np.take_along_axis broadcasts the input and the indices outside the axis.
+        return np.take_along_axis(x[0], x[1].astype(np.int64), axis=a["dim"])
+    if op == "index_add":
+        out = x[0].copy()
+        where = [slice(None)] * out.ndim
+        where[a["dim"]] = x[1].astype(np.int64)
+        np.add.at(out, tuple(where), x[2])
+        return out
     if op == "embedding":
         return np.take(x[0], x[1], axis=0)
     if op == "cast":
