@@ -721,7 +721,8 @@ fn movement_cases(s: &mut Suite, rng: &mut StdRng) {
         }
     }
     // take_along_dim: the indices and the input broadcast against each other outside `dim`.
-    let takes: &[(isize, &[usize], &[usize], &[i128], &str)] = &[
+    type Take = (isize, &'static [usize], &'static [usize], &'static [i128], &'static str);
+    let takes: &[Take] = &[
         (1, &[4, 3], &[1, 2], &[2, -1], "indices broadcast over dim 0"),
         (0, &[4, 3], &[2, 1], &[3, -4], "indices broadcast over dim 1"),
         (1, &[4, 1], &[4, 2], &[0, 0, 0, -1, 0, 0, -1, -1], "input broadcast over dim 1"),
