@@ -5,7 +5,8 @@
 //!   PJRT layer alone, against our cached `Tensor::add` (and the parts of our hit path);
 //! - a 100-op chain of mixed ops and a 3-layer MLP forward (ops/s, passes/s);
 //! - first calls: compiled cold, and loaded from the disk cache in a fresh process;
-//! - training steps/s of an MLP 784-256-10, batch 64 (SGD), eager and compiled into one program;
+//! - training steps/s of an MLP 784-256-10, the digits CNN and the character GPT of the
+//!   notebooks, eager and compiled into one program;
 //! - matmul 1024 f32 GFLOP/s, ours against the raw execute;
 //! - resident memory after 1 000 000 ops.
 
@@ -140,6 +141,10 @@ struct Report {
     first_call_disk: Vec<FirstCall>,
     train_mlp_784_256_10_eager_steps_per_s: f64,
     train_mlp_784_256_10_compiled_steps_per_s: f64,
+    train_cnn_digits_eager_steps_per_s: f64,
+    train_cnn_digits_compiled_steps_per_s: f64,
+    train_gpt_char_eager_steps_per_s: f64,
+    train_gpt_char_compiled_steps_per_s: f64,
     matmul_1024_gflops: f64,
     matmul_1024_raw_gflops: f64,
     memory_ops: usize,
@@ -222,8 +227,27 @@ fn mlp_forward(x: &Tensor, layers: &[(Tensor, Tensor)]) -> Result<Tensor> {
     Ok(h)
 }
 
-/// Steps per second of SGD on an MLP 784-256-10 with batch 64, eager then compiled.
-fn train_steps_per_s() -> Result<(f64, f64)> {
+/// Steps per second of one training step on `(x, y)`, eager then compiled into one program.
+fn steps_per_s(
+    name: &str,
+    x: &Tensor,
+    y: &Tensor,
+    step: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<(f64, f64)> {
+    step(x, y)?.block_until_ready()?;
+    let eager_us = time_calls(100, || {
+        step(x, y).unwrap().block_until_ready().unwrap();
+    });
+    let compiled = compile(name, |a: &[Tensor]| Ok(vec![step(&a[0], &a[1])?]));
+    compiled.call(&[x, y])?[0].block_until_ready()?;
+    let compiled_us = time_calls(100, || {
+        compiled.call(&[x, y]).unwrap()[0].block_until_ready().unwrap();
+    });
+    Ok((1e6 / eager_us, 1e6 / compiled_us))
+}
+
+/// SGD (momentum 0.9) on an MLP 784-256-10 with batch 64.
+fn train_mlp() -> Result<(f64, f64)> {
     use eager::nn::{self, Linear, Module, Relu, Sequential};
     use eager::optim::{Optimizer, Sgd};
     manual_seed(1);
@@ -231,23 +255,80 @@ fn train_steps_per_s() -> Result<(f64, f64)> {
     let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
     let x = Tensor::rand(&[64, 784], DType::F32)?;
     let y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
-    let step = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+    steps_per_s("train_step", &x, &y, |x, y| {
         let loss = nn::cross_entropy(&model.forward(x)?, y)?;
         loss.backward()?;
         sgd.step()?;
         sgd.zero_grad();
         Ok(loss)
+    })
+}
+
+/// SGD (momentum 0.9) on the digits CNN of notebook 05 with batch 64 of `[1, 8, 8]` images:
+/// conv 3×3 (1→16, pad 1), relu, max-pool 2, conv 3×3 (16→32, pad 1), relu, max-pool 2,
+/// linear 128→10.
+fn train_cnn() -> Result<(f64, f64)> {
+    use eager::nn::{self, Conv2d, Flatten, Linear, MaxPool2d, Module, Relu, Sequential};
+    use eager::optim::{Optimizer, Sgd};
+    manual_seed(1);
+    let conv = |i, o| Conv2d::with_options(i, o, [3, 3], [1, 1], 1.into(), [1, 1], 1, true, DType::F32);
+    let model = Sequential::new()
+        .add(conv(1, 16)?)
+        .add(Relu)
+        .add(MaxPool2d::new([2, 2]))
+        .add(conv(16, 32)?)
+        .add(Relu)
+        .add(MaxPool2d::new([2, 2]))
+        .add(Flatten)
+        .add(Linear::new(128, 10)?);
+    let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
+    let x = Tensor::rand(&[64, 1, 8, 8], DType::F32)?;
+    let y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
+    steps_per_s("cnn_step", &x, &y, |x, y| {
+        let loss = nn::cross_entropy(&model.forward(x)?, y)?;
+        loss.backward()?;
+        sgd.step()?;
+        sgd.zero_grad();
+        Ok(loss)
+    })
+}
+
+/// AdamW on the character GPT of notebook 06 with batch 16 of 32 tokens: vocabulary 64,
+/// width 64, 4 heads, 2 pre-norm blocks, learned positions.
+fn train_gpt() -> Result<(f64, f64)> {
+    use eager::nn::{self, Embedding, LayerNorm, Linear, Module, TransformerBlock};
+    use eager::optim::{Adam, Optimizer};
+    manual_seed(1);
+    let (vocab, ctx, width) = (64usize, 32usize, 64usize);
+    let tokens = Embedding::new(vocab, width)?;
+    let positions = Embedding::new(ctx, width)?;
+    let blocks = [TransformerBlock::new(width, 4)?, TransformerBlock::new(width, 4)?];
+    let (norm, head) = (LayerNorm::new(width)?, Linear::new(width, vocab)?);
+    let mut params = tokens.parameters();
+    params.extend(positions.parameters());
+    blocks.iter().for_each(|b| params.extend(b.parameters()));
+    params.extend(norm.parameters());
+    params.extend(head.parameters());
+    let adam = Adam::adamw(params, 3e-3, 0.01)?;
+    let draw = |seed: u64| -> Result<Tensor> {
+        let ids: Vec<i64> =
+            (0..16 * ctx as u64).map(|i| ((i * 37 + seed * 11) % vocab as u64) as i64).collect();
+        Tensor::from_slice(&ids, &[16, ctx])
     };
-    step(&x, &y)?.block_until_ready()?;
-    let eager_us = time_calls(100, || {
-        step(&x, &y).unwrap().block_until_ready().unwrap();
-    });
-    let compiled = compile("train_step", |a: &[Tensor]| Ok(vec![step(&a[0], &a[1])?]));
-    compiled.call(&[&x, &y])?[0].block_until_ready()?;
-    let compiled_us = time_calls(100, || {
-        compiled.call(&[&x, &y]).unwrap()[0].block_until_ready().unwrap();
-    });
-    Ok((1e6 / eager_us, 1e6 / compiled_us))
+    let (x, y) = (draw(1)?, draw(2)?);
+    let place = Tensor::arange(0.0, ctx as f64, 1.0, DType::I64)?;
+    steps_per_s("gpt_step", &x, &y, |x, y| {
+        let mut h = tokens.forward(x)?.add(&positions.forward(&place)?)?;
+        for b in &blocks {
+            h = b.forward(&h)?;
+        }
+        let logits = head.forward(&norm.forward(&h)?)?;
+        let loss = nn::cross_entropy(&logits.reshape(&[-1, vocab as isize])?, &y.reshape(&[-1])?)?;
+        loss.backward()?;
+        adam.step()?;
+        adam.zero_grad();
+        Ok(loss)
+    })
 }
 
 fn main() -> anyhow::Result<()> {
@@ -354,9 +435,9 @@ fn main() -> anyhow::Result<()> {
 
     // Training steps of an MLP 784-256-10, batch 64: eager (every op dispatched) and compiled
     // (the same step traced into one program).
-    let (eager_steps, compiled_steps) = train_steps_per_s()?;
-    r.train_mlp_784_256_10_eager_steps_per_s = eager_steps;
-    r.train_mlp_784_256_10_compiled_steps_per_s = compiled_steps;
+    (r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s) = train_mlp()?;
+    (r.train_cnn_digits_eager_steps_per_s, r.train_cnn_digits_compiled_steps_per_s) = train_cnn()?;
+    (r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s) = train_gpt()?;
 
     // First calls in fresh processes: compiled (empty disk cache), then loaded from it.
     let dir = std::env::temp_dir().join(format!("eager-bench-{}", std::process::id()));
@@ -434,6 +515,14 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     println!(
         "  MLP 784-256-10 train step, batch 64, SGD:      {:9.0} steps/s eager, {:9.0} steps/s compiled",
         r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s
+    );
+    println!(
+        "  CNN digits train step, batch 64, SGD:          {:9.0} steps/s eager, {:9.0} steps/s compiled",
+        r.train_cnn_digits_eager_steps_per_s, r.train_cnn_digits_compiled_steps_per_s
+    );
+    println!(
+        "  char GPT (2 blocks, 64 wide) step, 16x32, AdamW:{:8.0} steps/s eager, {:9.0} steps/s compiled",
+        r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s
     );
     println!("\nfirst call in a fresh process (get the executable / whole call):");
     println!("  {:<18} {:>22} {:>26}", "op", "cold: compile", "disk cache: load");
