@@ -76,11 +76,43 @@ def check_training(nb):
     assert "0.weight: [64, 2] f32" in text, text
 
 
+def check_cnn(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    eager = re.search(r"eager: (\d+) steps, loss ([\d.]+) -> ([\d.]+), test accuracy ([\d.]+)%", text)
+    compiled = re.search(r"compiled: (\d+) steps, loss ([\d.]+) -> ([\d.]+), test accuracy ([\d.]+)%.*"
+                         r"largest loss difference to eager ([\d.e+-]+) in the first epoch", text)
+    assert eager and compiled, text
+    # The bar: 95% of the held-out digits, eager and compiled, with the same losses.
+    assert float(eager[4]) >= 95 and float(compiled[4]) >= 95, (eager.group(0), compiled.group(0))
+    assert float(compiled[5]) < 1e-3, compiled.group(0)
+    assert any(svg.lstrip().startswith("<svg") and "compiled" in svg for svg in outputs(nb, "image/svg+xml"))
+    assert any(png.startswith("iVBORw0KGgo") for png in outputs(nb, "image/png"))
+    # The profile table of one eager step names the convolution and pooling ops.
+    tables = [h for h in outputs(nb, "text/html") if "<table" in h]
+    assert any("conv" in h and "pool" in h for h in tables), tables
+
+
+def check_gpt(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    final = re.search(r"final loss: train ([\d.]+) \(last 20 steps\), held-out ([\d.]+); unigram entropy ([\d.]+) nats", text)
+    assert final, text
+    train, held, unigram = map(float, final.groups())
+    # Well below what character frequencies alone give, on held-out text too.
+    assert train < unigram - 1.0 and held < unigram - 0.5, final.group(0)
+    cached = re.search(r"(\d+) characters written; largest difference between cached and full logits ([\d.e+-]+)", text)
+    assert cached and int(cached[1]) > 20 and float(cached[2]) < 1e-3, text
+    assert any(svg.lstrip().startswith("<svg") for svg in outputs(nb, "image/svg+xml"))
+    tables = [h for h in outputs(nb, "text/html") if "<table" in h]
+    assert any("dot_general" in h or "matmul" in h for h in tables), tables
+
+
 EXPECTED = {
     "01-quickstart.ipynb": check_quickstart,
     "02-profiling.ipynb": check_profiling,
     "03-what-eager-costs.ipynb": check_costs,
     "04-training.ipynb": check_training,
+    "05-cnn-digits.ipynb": check_cnn,
+    "06-char-gpt.ipynb": check_gpt,
 }
 
 
