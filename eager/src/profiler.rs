@@ -163,6 +163,32 @@ struct Log {
     capacity: usize,
     next_seq: u64,
     dropped: u64,
+    /// Marks of the live [`Hold`]s: events from the oldest one on stay past the capacity.
+    holds: Vec<u64>,
+}
+
+/// How far past its capacity the log grows for a [`Hold`] (a bound on a forgotten one).
+const HOLD_LIMIT: usize = 20;
+
+impl Log {
+    /// Whether the oldest event must go to leave room for `incoming` more: the log would be
+    /// over capacity, and the event is older than every hold (or the held log is at its limit).
+    fn must_drop(&self, incoming: usize) -> bool {
+        let held_from = self.holds.iter().min().copied().unwrap_or(u64::MAX);
+        let after = self.events.len() + incoming;
+        match self.events.front() {
+            Some(first) if first.seq >= held_from => after > self.capacity.max(1).saturating_mul(HOLD_LIMIT),
+            Some(_) => after > self.capacity,
+            None => false,
+        }
+    }
+
+    fn trim(&mut self, incoming: usize) {
+        while self.must_drop(incoming) {
+            self.events.pop_front();
+            self.dropped += 1;
+        }
+    }
 }
 
 impl Profiler {
@@ -174,7 +200,13 @@ impl Profiler {
         Profiler {
             epoch: Instant::now(),
             enabled: AtomicBool::new(std::env::var_os("EAGER_PROFILE_OFF").is_none()),
-            log: Mutex::new(Log { events: VecDeque::new(), capacity, next_seq: 0, dropped: 0 }),
+            log: Mutex::new(Log {
+                events: VecDeque::new(),
+                capacity,
+                next_seq: 0,
+                dropped: 0,
+                holds: Vec::new(),
+            }),
             in_flight: CachePadded::new(AtomicUsize::new(0)),
         }
     }
@@ -214,10 +246,7 @@ impl Profiler {
         let mut log = lock(&self.log);
         let seq = log.next_seq;
         log.next_seq += 1;
-        if log.events.len() >= log.capacity {
-            log.events.pop_front();
-            log.dropped += 1;
-        }
+        log.trim(1);
         if log.capacity > 0 {
             log.events.push_back(Event {
                 seq,
@@ -304,9 +333,38 @@ pub fn dropped() -> u64 {
 pub fn set_capacity(capacity: usize) {
     let mut log = lock(&profiler().log);
     log.capacity = capacity;
-    while log.events.len() > capacity {
-        log.events.pop_front();
-        log.dropped += 1;
+    log.trim(0);
+}
+
+/// Keeps every event from the next one on in the log, past its capacity (up to 20 times
+/// it), while alive: what a profile of a long stretch of work holds so that none of it is lost.
+#[derive(Debug)]
+pub struct Hold {
+    mark: u64,
+}
+
+/// Starts a [`Hold`] at [`next_seq`].
+pub fn hold() -> Hold {
+    let mut log = lock(&profiler().log);
+    let mark = log.next_seq;
+    log.holds.push(mark);
+    Hold { mark }
+}
+
+impl Hold {
+    /// The `seq` of the first event held.
+    pub fn mark(&self) -> u64 {
+        self.mark
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut log = lock(&profiler().log);
+        if let Some(i) = log.holds.iter().position(|&m| m == self.mark) {
+            log.holds.swap_remove(i);
+        }
+        log.trim(0);
     }
 }
 

@@ -1,5 +1,7 @@
 //! Capturing a stretch of eager's dispatch log as a [`Profile`].
 
+use std::sync::Arc;
+
 use eager::profiler::{self, Event, EventKind};
 use eager::Device;
 
@@ -138,16 +140,17 @@ impl Profile {
 
 /// A started capture: everything eager dispatches from now until [`Recorder::stop`]
 /// (from every thread: the log is process-wide). For a REPL or a kernel, where the work
-/// to profile spans several inputs.
+/// to profile spans several inputs. While it (or a clone) lives, eager's log keeps every
+/// event it covers past the log's usual capacity (up to 20 times it).
 #[derive(Debug, Clone)]
 pub struct Recorder {
-    mark: u64,
+    hold: Arc<profiler::Hold>,
     start_ns: u64,
 }
 
 /// Starts capturing dispatches; see [`Recorder`].
 pub fn start() -> Recorder {
-    Recorder { start_ns: profiler::now_ns(), mark: profiler::next_seq() }
+    Recorder { start_ns: profiler::now_ns(), hold: Arc::new(profiler::hold()) }
 }
 
 impl Recorder {
@@ -156,9 +159,9 @@ impl Recorder {
         let end_ns = profiler::now_ns();
         let next = profiler::next_seq();
         // Events recorded after `next` was read belong to a later snapshot.
-        let events: Vec<Event> =
-            profiler::events_since(self.mark).into_iter().filter(|e| e.seq < next).collect();
-        let lost = (next - self.mark).saturating_sub(events.len() as u64);
+        let mark = self.hold.mark();
+        let events: Vec<Event> = profiler::events_since(mark).into_iter().filter(|e| e.seq < next).collect();
+        let lost = (next - mark).saturating_sub(events.len() as u64);
         Profile { lost, ..Profile::from_events(events).with_window(self.start_ns, end_ns) }
     }
 

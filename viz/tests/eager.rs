@@ -169,6 +169,33 @@ fn recorder_captures_between_start_and_stop() -> Result<()> {
 }
 
 #[test]
+fn a_recording_keeps_every_event_past_the_log_capacity_then_lets_the_log_shrink() -> Result<()> {
+    let _g = lock();
+    let before = eager::profiler::capacity();
+    eager::profiler::set_capacity(8);
+    let x = Tensor::ones(&[29], DType::F32)?;
+    let (_, p) = viz::profile(|| -> Result<()> {
+        for _ in 0..50 {
+            let _ = x.exp()?;
+        }
+        Ok(())
+    });
+    let kept = Profile::session().events().len();
+    // Without a recording, each new event pushes the oldest out.
+    let dropped = eager::profiler::dropped();
+    for _ in 0..20 {
+        let _ = x.exp()?;
+    }
+    let dropped_after = eager::profiler::dropped() - dropped;
+    let kept_after = Profile::session().events().len();
+    eager::profiler::set_capacity(before);
+    assert_eq!((p.ops().count(), p.lost()), (50, 0));
+    assert_eq!(kept, 8, "the log went back to its capacity once the recording ended");
+    assert_eq!((kept_after, dropped_after), (8, 20));
+    Ok(())
+}
+
+#[test]
 fn files_are_written() {
     let _g = lock();
     let (p, _) = measured(|| {

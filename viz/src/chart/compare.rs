@@ -295,6 +295,13 @@ impl Comparison {
             out.push_str(&v);
             out.push('\n');
         }
+        for (name, p) in self.runs.iter().filter(|(_, p)| p.lost() > 0) {
+            let _ = writeln!(
+                out,
+                "{name}: {} events left eager's log before they were read; its figures are short",
+                p.lost()
+            );
+        }
         out
     }
 
