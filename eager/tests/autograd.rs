@@ -444,6 +444,65 @@ fn take_along_dim_index_add_and_batch_norm() {
     }
 }
 
+/// The value of `a` with the gradient of `b`: a plausible wrong rule, for the test below.
+fn value_of_with_gradient_of(a: Tensor, b: Tensor) -> Result<Tensor> {
+    a.detach().add(&b.sub(&b.detach())?)
+}
+
+/// The gradient check catches wrong rules: each function computes an op's value but carries a
+/// plausible wrong gradient, and the check must fail on it.
+#[test]
+fn deliberately_broken_gradient_rules_are_caught() {
+    let _serial = common::serial();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    type Broken = Box<dyn Fn(&[Tensor]) -> Result<Tensor>>;
+    let pool = |x: &Tensor| x.max_pool2d([2, 2], None, [0, 0]);
+    let spread = |x: &Tensor| x.avg_pool2d([2, 2], None, [0, 0])?.mul_scalar(4.0);
+    let conv = |x: &Tensor, w: &Tensor| x.conv2d(w, [1, 1], 1.into(), [1, 1], 1);
+    let normalise = |x: &Tensor, constant_stats: bool| -> Result<Tensor> {
+        let (mut mean, mut var) =
+            (x.mean(&[0, 2], true)?, x.sub(&x.mean(&[0, 2], true)?)?.square()?.mean(&[0, 2], true)?);
+        if constant_stats {
+            (mean, var) = (mean.detach(), var.detach());
+        }
+        x.sub(&mean)?.mul(&var.add_scalar(1e-5)?.rsqrt()?)
+    };
+    let cases: Vec<(&str, Broken, Vec<ArrayD<f64>>)> = vec![
+        (
+            "max_pool2d sending the gradient to every element of the window",
+            Box::new(move |a| value_of_with_gradient_of(pool(&a[0])?, spread(&a[0])?)),
+            vec![uniform(&mut rng, &[1, 2, 4, 4], -2.0, 2.0)],
+        ),
+        (
+            "conv2d with the flipped kernel's gradients",
+            Box::new(move |a| {
+                value_of_with_gradient_of(conv(&a[0], &a[1])?, conv(&a[0], &a[1].flip(&[2, 3])?)?)
+            }),
+            vec![uniform(&mut rng, &[1, 2, 4, 4], -1.0, 1.0), uniform(&mut rng, &[3, 2, 3, 3], -1.0, 1.0)],
+        ),
+        (
+            "cumsum passing the gradient straight through",
+            Box::new(|a| value_of_with_gradient_of(a[0].cumsum(1)?, a[0].clone())),
+            vec![uniform(&mut rng, &[2, 4], -1.0, 1.0)],
+        ),
+        (
+            "sort not permuting the gradient back",
+            Box::new(|a| value_of_with_gradient_of(a[0].sort(1, false)?.0, a[0].clone())),
+            vec![distinct(&mut rng, &[2, 4])],
+        ),
+        (
+            "batch statistics treated as constants",
+            Box::new(move |a| value_of_with_gradient_of(normalise(&a[0], false)?, normalise(&a[0], true)?)),
+            vec![uniform(&mut rng, &[3, 2, 2], -2.0, 2.0)],
+        ),
+    ];
+    for (name, f, inputs) in cases {
+        let caught =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_gradients(name, &f, inputs)));
+        assert!(caught.is_err(), "{name}: the gradient check passed a wrong rule");
+    }
+}
+
 #[test]
 fn cat_splits_the_gradient() {
     let _serial = common::serial();

@@ -1142,9 +1142,31 @@ fn every_op_matches_numpy() {
     conv_transpose_cases(&mut suite, &mut rng);
     pool_cases(&mut suite, &mut rng);
     let cases = suite.cases;
+    let (failures, numpy_s) = differences(&cases);
+    let ops: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.op).collect();
+    println!(
+        "differential: {} cases of {} ops in {:.1} s (NumPy {:.1} s), {} failed",
+        cases.len(),
+        ops.len(),
+        start.elapsed().as_secs_f64(),
+        numpy_s,
+        failures.len()
+    );
+    let failures: Vec<String> = failures.into_iter().map(|(_, f)| f).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ from NumPy:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
 
+/// The cases that differ from NumPy, by index, with why; and the seconds NumPy took.
+fn differences(cases: &[Case]) -> (Vec<(usize, String)>, f64) {
+    let start = Instant::now();
     let dir = tempfile::tempdir().expect("a temp dir");
-    let expected = run_numpy(dir.path(), &cases);
+    let expected = run_numpy(dir.path(), cases);
     let numpy_s = start.elapsed().as_secs_f64();
 
     // Cases run on a few threads: a first run is mostly compiles, which use one core each.
@@ -1169,23 +1191,77 @@ fn every_op_matches_numpy() {
         workers.into_iter().flat_map(|w| w.join().expect("a worker panicked")).collect()
     });
     failures.sort();
-    let failures: Vec<String> = failures.into_iter().map(|(_, f)| f).collect();
-    let ops: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.op).collect();
-    println!(
-        "differential: {} cases of {} ops in {:.1} s (NumPy {:.1} s), {} failed",
-        cases.len(),
-        ops.len(),
-        start.elapsed().as_secs_f64(),
-        numpy_s,
-        failures.len()
+    (failures, numpy_s)
+}
+
+/// The suite catches wrong rules: each case below is a plausible bug in one of the new ops,
+/// checked as that op against NumPy, and every one must be found.
+#[test]
+fn deliberately_broken_rules_are_caught() {
+    let mut rng = StdRng::seed_from_u64(SEED ^ 0xbad);
+    let rng = &mut rng;
+    let mut s = Suite::default();
+    let f32s = |rng: &mut StdRng, shape: &[usize]| draw(rng, DType::F32, shape, Draw::Normal);
+    let conv = json!({"stride": [1, 1], "padding": [[1, 1], [1, 1]], "dilation": [1, 1], "groups": 1});
+    let (x, w) = (f32s(rng, &[2, 3, 6, 6]), f32s(rng, &[4, 3, 3, 3]));
+    s.add("conv2d", conv.clone(), vec![x.clone(), w.clone()], DType::F32, EXACT, |t| {
+        t[0].conv2d(&t[1].flip(&[2, 3])?, [1, 1], 1.into(), [1, 1], 1) // a true convolution
+    });
+    s.note("kernel flipped");
+    s.add("conv2d", conv, vec![x.clone(), w], DType::F32, EXACT, |t| {
+        t[0].conv2d(&t[1], [1, 1], 2.into(), [2, 2], 1)
+    });
+    s.note("dilated (the same output shape)");
+    let pool = json!({"kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]});
+    s.add("max_pool2d", pool, vec![x], DType::F32, EXACT, |t| t[0].avg_pool2d([2, 2], None, [0, 0]));
+    s.note("averages");
+    let halves = Input::floats(DType::F32, &[6], vec![0.5, 1.5, 2.5, -0.5, -2.5, 3.4]);
+    s.add("round", json!({}), vec![halves], DType::F32, EXACT, |t| t[0].add_scalar(0.5)?.floor());
+    s.note("halves up, not to even");
+    let x = f32s(rng, &[3, 5]);
+    s.add("erf", json!({}), vec![x.clone()], DType::F32, TRANSCENDENTAL, |t| t[0].mul_scalar(1.2)?.tanh());
+    s.note("a tanh look-alike");
+    s.add("cumsum", json!({"dim": 1}), vec![x.clone()], DType::F32, COMPOSITE, |t| {
+        t[0].cumsum(1)?.sub(&t[0])
+    });
+    s.note("exclusive");
+    s.add("argsort", json!({"dim": 1, "descending": false}), vec![x.clone()], DType::I64, EXACT, |t| {
+        t[0].argsort(1, true)
+    });
+    s.note("descending");
+    s.add(
+        "topk_values",
+        json!({"dim": 1, "k": 2, "largest": true}),
+        vec![x.clone()],
+        DType::F32,
+        EXACT,
+        |t| Ok(t[0].topk(2, 1, false)?.0),
     );
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ from NumPy:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    s.note("smallest");
+    let idx = Input::ints(DType::I64, &[1, 5], vec![0, -1, 2, -3, 1]);
+    s.add("take_along_dim", json!({"dim": 0}), vec![x.clone(), idx], DType::F32, EXACT, |t| {
+        t[0].take_along_dim(&t[1].clamp(Some(0.0), None)?, 0)
+    });
+    s.note("negative indices clamped, not wrapped");
+    let (base, src) = (f32s(rng, &[4, 3]), f32s(rng, &[3, 3]));
+    let rows = Input::ints(DType::I64, &[3], vec![1, 1, 2]);
+    s.add("index_add", json!({"dim": 0}), vec![base, rows, src], DType::F32, COMPOSITE, |t| {
+        // Repeated rows overwrite (index_copy) instead of adding up.
+        let once = t[1].narrow(0, 1, 2)?;
+        t[0].index_add(0, &once, &t[2].narrow(0, 1, 2)?)
+    });
+    s.note("repeated indices overwrite");
+    let (q, k, v) = (f32s(rng, &[2, 3, 4]), f32s(rng, &[2, 5, 4]), f32s(rng, &[2, 5, 2]));
+    s.add("sdpa", json!({"causal": true, "mask": false}), vec![q, k, v], DType::F32, COMPOSITE, |t| {
+        t[0].matmul(&t[1].transpose(-2, -1)?)?.softmax(-1)?.matmul(&t[2]) // unscaled, not causal
+    });
+    s.note("no 1/sqrt(d), no causal mask");
+    let cases = s.cases;
+    let (failures, _) = differences(&cases);
+    let caught: Vec<usize> = failures.iter().map(|(i, _)| *i).collect();
+    let missed: Vec<&str> =
+        cases.iter().enumerate().filter(|(i, _)| !caught.contains(i)).map(|(_, c)| c.note.as_str()).collect();
+    assert!(missed.is_empty(), "broken rules the suite did not catch: {missed:#?}");
 }
 
 /// Integer division by zero and overflow do not raise: eager gives XLA's values (documented on
