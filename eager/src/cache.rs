@@ -10,6 +10,7 @@ use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 use crate::device::Device;
+use crate::mesh::Mesh;
 use crate::ops::Op;
 use crate::pjrt::Executable;
 use crate::profiler::OpInfo;
@@ -21,13 +22,27 @@ use crate::shared::{lock, Shared};
 pub struct OpKey {
     pub op: Op,
     pub inputs: SmallVec<[Spec; 3]>,
+    /// The device; for an SPMD program, its mesh's first.
     pub device: Device,
+    /// For an SPMD program over a mesh: the mesh and the shardings of its inputs and result.
+    pub partitioned: Option<Arc<Partitioned>>,
+}
+
+/// How an SPMD program lies over its mesh: part of its key (and of its text, so of the
+/// persistent cache's key too).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Partitioned {
+    pub mesh: Mesh,
+    /// The Shardy annotation of each input.
+    pub inputs: SmallVec<[String; 3]>,
+    /// The Shardy annotation of the result.
+    pub output: String,
 }
 
 impl OpKey {
     /// The key of `op` on `inputs` on `device`.
     pub(crate) fn new<'a>(op: Op, inputs: impl IntoIterator<Item = &'a Spec>, device: Device) -> OpKey {
-        OpKey { op, inputs: inputs.into_iter().cloned().collect(), device }
+        OpKey { op, inputs: inputs.into_iter().cloned().collect(), device, partitioned: None }
     }
 }
 

@@ -251,6 +251,13 @@ where
     /// Runs the compiled function on `args` (tracing and compiling it first for a new
     /// signature). Returns what the function returned; Vars it set are updated.
     pub fn call(&self, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(t) = args.iter().find(|t| t.sharding().is_some()) {
+            let msg = format!(
+                "{} is split over a mesh: compiled functions of sharded tensors are not supported yet; gather it with .to(device)",
+                t.spec()
+            );
+            return Err(Error::invalid(self.name, msg));
+        }
         let device = args.first().map(|t| t.device()).unwrap_or_else(runtime::default_device);
         let key = (args.iter().map(|t| t.spec().clone()).collect(), device);
         let cached = lock(&self.traces).get(&key).cloned();

@@ -16,7 +16,8 @@
 //! [`device`], [`shared`] (process-wide state) → [`pjrt`] (FFI and safe handles), [`plugin`]
 //! (finding plugins per device target), [`error`] → [`ops`] (one file per op family) →
 //! [`cache`] (in memory), [`disk_cache`] (persistent), [`profiler`] (the event log the viz
-//! crate draws), [`runtime`] (plugins, execute, transfers) → [`tensor`] (and its dispatch),
+//! crate draws), [`runtime`] (plugins, execute, transfers), [`mesh`] (meshes and shardings)
+//! → [`tensor`] (and its dispatch),
 //! [`autograd`], [`compile`] (a function traced into one program), [`var`] → [`nn`],
 //! [`optim`], [`io`] (safetensors and .npy files).
 
@@ -28,6 +29,7 @@ pub mod disk_cache;
 pub mod dtype;
 pub mod error;
 pub mod io;
+pub mod mesh;
 pub mod nn;
 pub mod ops;
 pub mod optim;
@@ -45,6 +47,7 @@ pub use compile::{compile, Compiled};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use mesh::{Mesh, PartitionSpec, Sharding};
 pub use ops::Padding;
 pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path, synchronize};
 pub use shape::Spec;
@@ -58,6 +61,7 @@ pub mod prelude {
     pub use crate::device::{Device, DeviceKind};
     pub use crate::dtype::DType;
     pub use crate::error::{Error, Result};
+    pub use crate::mesh::{Mesh, PartitionSpec};
     pub use crate::nn::Module;
     pub use crate::ops::Padding;
     pub use crate::optim::Optimizer;

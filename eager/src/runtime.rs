@@ -124,6 +124,11 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
         return Ok(r.clone());
     }
     let explicit = lock(&g.plugin_paths).get(&kind).cloned();
+    // XLA logs an INFO line per SPMD compile ("Using Shardy ..."): noise in a REPL. Warnings
+    // and errors stay; a level the user set is kept.
+    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+        std::env::set_var("TF_CPP_MIN_LOG_LEVEL", "1");
+    }
     let started = plugin::start(kind, explicit.as_deref())?;
     let disk = DiskCache::open(&started.client, &started.path);
     let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client, disk });
@@ -345,9 +350,21 @@ pub(crate) fn executable(
         output,
         device: key.device,
     });
-    let mlir = key.op.emit_module(&key.inputs, &info.output);
-    let signature = info.signature();
-    let options = pjrt::COMPILE_OPTIONS;
+    let mut mlir = key.op.emit_module(&key.inputs, &info.output);
+    let mut signature = info.signature();
+    let mut options = std::borrow::Cow::Borrowed(pjrt::COMPILE_OPTIONS);
+    if let Some(p) = &key.partitioned {
+        // One SPMD program over the mesh, each partition on its device.
+        let params: Vec<(&Spec, &str)> =
+            key.inputs.iter().zip(&p.inputs).map(|(s, h)| (s, h.as_str())).collect();
+        let results = [(&info.output, p.output.as_str())];
+        mlir = crate::ops::emit::partitioned(&mlir, &p.mesh.sdy(), p.mesh.size(), &params, &results);
+        let ids: Vec<i32> =
+            p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
+        options = std::borrow::Cow::Owned(pjrt::spmd_compile_options(&ids));
+        signature = format!("{signature} over {}", p.mesh);
+    }
+    let options = options.as_ref();
     let loaded = rt.disk.as_ref().and_then(|d| d.load(&rt.client, &mlir, options, &signature));
     let (exe, outcome) = match loaded {
         Some(exe) => (exe, CacheOutcome::DiskHit),
@@ -465,6 +482,86 @@ pub(crate) fn execute(
     }
     let specs = std::iter::once(info.output.clone()).chain(more_outputs);
     Ok(Launched { outputs: out.into_iter().zip(specs).collect(), info, completion })
+}
+
+/// What [`execute_partitioned`] enqueued: each partition's result buffer, the op's info and
+/// the completion they share (ready when every partition finished).
+pub(crate) struct LaunchedPartitioned {
+    pub(crate) outputs: Vec<pjrt::Buffer>,
+    pub(crate) info: Arc<OpInfo>,
+    pub(crate) completion: Arc<Completion>,
+}
+
+/// Runs the SPMD program of `key` (which carries its mesh) with `args[p]` as partition `p`'s
+/// arguments, one executable over every device of the mesh; as [`execute`] otherwise.
+pub(crate) fn execute_partitioned(
+    rt: &Runtime,
+    key: OpKey,
+    args: &[Vec<Arg>],
+    start: Instant,
+) -> Result<LaunchedPartitioned> {
+    if key.op.index_check(&key.inputs).is_some() || !key.op.more_outputs().is_empty() {
+        let msg = "runs on one device only for now: gather its inputs with .to(device) first";
+        return Err(Error::invalid(key.op.name(), msg));
+    }
+    let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
+    let (exe, info, outcome, compile_ns) = executable(rt, key, start)?;
+    let exec_start = Instant::now();
+    let buffers: Vec<Vec<&pjrt::Buffer>> =
+        args.iter().map(|a| a.iter().map(|a| a.buffer).collect()).collect();
+    let mut out = Vec::new();
+    let events = exe
+        .execute_partitioned(&buffers, &mut out)
+        .map_err(|source| Error::Pjrt { op: info.signature(), source })?;
+    let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
+    let completion = Arc::new(Completion::default());
+    completion.inherit(&args[0], None);
+    let p = profiler();
+    let bytes = (in_bytes + info.output.size_in_bytes()) as u64;
+    let seq = p.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes);
+    let outputs: Vec<pjrt::Buffer> =
+        out.into_iter().filter_map(|mut o| (!o.is_empty()).then(|| o.swap_remove(0))).collect();
+    if outputs.len() != args.len() {
+        return Err(Error::invalid(info.name, "its SPMD program did not return one result per device"));
+    }
+    let enqueued_at = p.ns_since(exec_start);
+    let left = Arc::new(std::sync::atomic::AtomicUsize::new(events.len()));
+    p.op_started();
+    if events.is_empty() {
+        completion.ready_ns.store(p.now_ns().max(1), Ordering::Release);
+        p.op_done();
+    }
+    for done in events {
+        let (this, op_info, remaining) = (completion.clone(), info.clone(), left.clone());
+        let inputs_done: SmallVec<[Arc<Completion>; 3]> =
+            args[0].iter().map(|a| a.completion.clone()).collect();
+        let registered = done.on_ready(&rt.client.api, move |outcome| {
+            if let Err(e) = outcome {
+                let failure = Failure { op: op_info.signature(), message: e.message, inputs: inputs_done };
+                let _ = this.failure.set(Arc::new(failure));
+            }
+            // The last partition to finish completes the op.
+            if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let p = profiler();
+                let end = p.now_ns().max(1);
+                this.ready_ns.store(end, Ordering::Release);
+                if let Some(seq) = seq {
+                    p.complete(seq, end.saturating_sub(enqueued_at));
+                }
+                p.op_done();
+            }
+        });
+        if registered.is_err() {
+            for o in &outputs {
+                o.wait_ready().map_err(|e| completion.read_error(&info.signature(), e))?;
+            }
+            if left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                completion.ready_ns.store(p.now_ns().max(1), Ordering::Release);
+                p.op_done();
+            }
+        }
+    }
+    Ok(LaunchedPartitioned { outputs, info, completion })
 }
 
 /// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.

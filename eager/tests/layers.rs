@@ -9,7 +9,7 @@ const LAYERS: &[&[&str]] = &[
     &["dtype", "shape", "device", "shared"],
     &["error", "pjrt", "plugin"],
     &["ops"],
-    &["cache", "disk_cache", "profiler", "runtime"],
+    &["cache", "disk_cache", "profiler", "runtime", "mesh"],
     &["tensor", "autograd", "compile", "var"],
     &["nn", "optim", "io"],
 ];

@@ -113,12 +113,21 @@ pub(crate) trait CreateOps: Operand {
         Self::apply(Op::Fill(Fill { shape: shape.into() }), &[&v], None)
     }
 
+    /// `value` in this operand's shape and dtype, where it is.
+    fn full_like(&self, value: f64) -> Result<Self> {
+        let v = self.scalar_like(value)?;
+        if self.rank_of() == 0 {
+            return Ok(v);
+        }
+        Self::apply(Op::Fill(Fill { shape: self.shape_of().into() }), &[&v], None)
+    }
+
     fn zeros_like(&self) -> Result<Self> {
-        Self::full_on(self.shape_of(), 0.0, self.dtype_of(), self.device())
+        self.full_like(0.0)
     }
 
     fn ones_like(&self) -> Result<Self> {
-        Self::full_on(self.shape_of(), 1.0, self.dtype_of(), self.device())
+        self.full_like(1.0)
     }
 
     /// `[start, start + step, …]` below `end` (like `torch.arange`).

@@ -9,7 +9,10 @@ use crate::shape::Spec;
 use super::create::CreateOps;
 use super::emit::{Emitter, Value};
 use super::reduce::ReduceOps;
-use super::{broadcast, check_arity, none, one, same_dtype, Accepts, Grads, Op, OpDef, Operand};
+use super::{
+    broadcast, broadcast_sources, check_arity, none, one, same_dtype, Accepts, DimSources, Grads, Op, OpDef,
+    Operand,
+};
 
 /// Defines an enum of elementwise ops from one table: variant, user-facing name, how it
 /// lowers (a StableHLO op, a comparison direction, a [`Lowering`]) and the dtypes it takes.
@@ -90,6 +93,9 @@ elementwise!(
 });
 
 impl OpDef for Unary {
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        broadcast_sources(inputs, output)
+    }
     fn name(&self) -> &'static str {
         Unary::name(*self)
     }
@@ -142,6 +148,9 @@ impl OpDef for Unary {
 }
 
 impl OpDef for Binary {
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        broadcast_sources(inputs, output)
+    }
     fn name(&self) -> &'static str {
         Binary::name(*self)
     }
@@ -184,6 +193,9 @@ impl OpDef for Binary {
 }
 
 impl OpDef for Compare {
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        broadcast_sources(inputs, output)
+    }
     fn name(&self) -> &'static str {
         Compare::name(*self)
     }
@@ -209,6 +221,9 @@ impl OpDef for Compare {
 pub struct Where;
 
 impl OpDef for Where {
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        broadcast_sources(inputs, output)
+    }
     fn name(&self) -> &'static str {
         "where"
     }
@@ -245,6 +260,9 @@ pub struct Triangle {
 }
 
 impl OpDef for Triangle {
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        broadcast_sources(inputs, output)
+    }
     fn name(&self) -> &'static str {
         if self.upper {
             "triu"
@@ -289,6 +307,9 @@ pub struct Cast {
 }
 
 impl OpDef for Cast {
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        broadcast_sources(inputs, output)
+    }
     fn name(&self) -> &'static str {
         "cast"
     }

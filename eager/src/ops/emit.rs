@@ -181,6 +181,34 @@ pub(crate) fn module(name: &str, params: &[Spec], results: &[Value], body: &str)
     )
 }
 
+/// A one-op module (as [`module`] writes it) as an SPMD program over `partitions` devices:
+/// the module declares the mesh (`mesh`, a Shardy `sdy.mesh` op) and the partition count,
+/// each argument and result its Shardy sharding (`params[i]`, `results[i]`: spec and
+/// annotation) for XLA's partitioner.
+pub(crate) fn partitioned(
+    module: &str,
+    mesh: &str,
+    partitions: usize,
+    params: &[(&Spec, &str)],
+    results: &[(&Spec, &str)],
+) -> String {
+    let mut lines = module.splitn(3, '\n');
+    let (head, _func, rest) = (lines.next().unwrap_or(""), lines.next(), lines.next().unwrap_or(""));
+    let name = head.trim_end_matches(" {");
+    let params: Vec<String> = params
+        .iter()
+        .enumerate()
+        .map(|(i, (s, h))| format!("%arg{i}: {} {{sdy.sharding = {h}}}", s.mlir()))
+        .collect();
+    let results: Vec<String> =
+        results.iter().map(|(s, h)| format!("{} {{sdy.sharding = {h}}}", s.mlir())).collect();
+    format!(
+        "{name} attributes {{mhlo.num_partitions = {partitions} : i32, mhlo.num_replicas = 1 : i32}} {{\n  {mesh}\n  func.func public @main({}) -> ({}) {{\n{rest}",
+        params.join(", "),
+        results.join(", "),
+    )
+}
+
 pub(crate) fn list(items: impl IntoIterator<Item = usize>) -> String {
     items.into_iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
 }

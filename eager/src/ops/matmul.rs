@@ -7,7 +7,9 @@ use crate::shape::{Shape, Spec};
 use super::emit::{accumulator, list, Emitter, Value};
 use super::movement::MovementOps;
 use super::reduce::ReduceOps;
-use super::{broadcast, check_arity, same_dtype, Accepts, Grads, Op, OpDef, Operand};
+use super::{
+    broadcast, broadcast_sources, check_arity, same_dtype, Accepts, DimSources, Grads, Op, OpDef, Operand,
+};
 
 /// Batched matrix product of two operands of rank >= 2 (1-D ones are promoted by
 /// [`MatmulOps::matmul`] before this op).
@@ -15,6 +17,17 @@ use super::{broadcast, check_arity, same_dtype, Accepts, Grads, Op, OpDef, Opera
 pub struct Matmul;
 
 impl OpDef for Matmul {
+    /// Batch dims run along both operands' (broadcast), rows along the left one's, columns
+    /// along the right one's; the contracted dim along none.
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        let nb = output.rank() - 2;
+        let batch = |s: &Spec| Spec { shape: s.shape[..s.rank() - 2].into(), dtype: s.dtype };
+        let out_batch = Spec { shape: output.shape[..nb].into(), dtype: output.dtype };
+        let mut sources = broadcast_sources(&[batch(&inputs[0]), batch(&inputs[1])], &out_batch);
+        sources.push(smallvec::smallvec![(0, inputs[0].rank() - 2)]);
+        sources.push(smallvec::smallvec![(1, inputs[1].rank() - 1)]);
+        sources
+    }
     fn name(&self) -> &'static str {
         "matmul"
     }

@@ -80,6 +80,34 @@ pub(crate) trait OpDef {
     fn more_outputs(&self) -> &[Spec] {
         &[]
     }
+    /// Where each output dim comes from: the `(input, dim)` pairs that hold the same index
+    /// along it. On inputs split over a mesh, the output dim may be split as the first of
+    /// them is (an elementwise op keeps its input's split, a matmul its rows' and columns');
+    /// an output dim with no source is whole on every device. The default: none.
+    fn dim_sources(&self, _inputs: &[Spec], _output: &Spec) -> DimSources {
+        DimSources::new()
+    }
+}
+
+/// Per output dim, the `(input, dim)` pairs it runs along (see [`OpDef::dim_sources`]).
+pub type DimSources = SmallVec<[SmallVec<[(usize, usize); 2]>; 4]>;
+
+/// The sources of an elementwise op with NumPy broadcasting: each output dim runs along the
+/// inputs' aligned dims of the same size.
+pub(crate) fn broadcast_sources(inputs: &[Spec], output: &Spec) -> DimSources {
+    let rank = output.rank();
+    (0..rank)
+        .map(|j| {
+            inputs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| {
+                    let d = (j + s.rank()).checked_sub(rank)?;
+                    (s.shape[d] == output.shape[j]).then_some((i, d))
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Defines [`Op`] from one table, variant and the op type (which implements [`OpDef`]), and
@@ -127,6 +155,10 @@ macro_rules! ops {
             /// compiled function's call has more than one.
             pub fn more_outputs(&self) -> &[Spec] {
                 match self { $(Op::$variant(o) => o.more_outputs(),)* }
+            }
+            /// Where each output dim comes from (see [`OpDef::dim_sources`]).
+            pub fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+                match self { $(Op::$variant(o) => o.dim_sources(inputs, output),)* }
             }
         }
     };
@@ -212,7 +244,8 @@ pub(crate) trait Operand: Clone + Sized {
     fn rank_of(&self) -> usize {
         self.spec().rank()
     }
-    /// A scalar of this operand's dtype and device.
+    /// A scalar of this operand's dtype, where it is (on its device; a tensor split over a
+    /// mesh gets one on every device of the mesh).
     fn scalar_like(&self, v: f64) -> Result<Self> {
         Self::scalar_on(v, self.dtype_of(), self.device())
     }

@@ -6,7 +6,9 @@ use crate::shape::{broadcasts_to, resolve_dim, Shape, Spec};
 
 use super::emit::{i64_array, Emitter, Value};
 use super::reduce::ReduceOps;
-use super::{check_arity, one, same_dtype, signed, Dims, Grads, Op, OpDef, Operand};
+use super::{
+    broadcast_sources, check_arity, one, same_dtype, signed, DimSources, Dims, Grads, Op, OpDef, Operand,
+};
 
 /// The same elements in another shape (row-major).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -48,6 +50,9 @@ pub struct Permute {
 }
 
 impl OpDef for Permute {
+    fn dim_sources(&self, _inputs: &[Spec], _output: &Spec) -> DimSources {
+        self.perm.iter().map(|&d| smallvec::smallvec![(0, d)]).collect()
+    }
     fn name(&self) -> &'static str {
         "permute"
     }
@@ -91,6 +96,9 @@ pub struct BroadcastTo {
 }
 
 impl OpDef for BroadcastTo {
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        broadcast_sources(inputs, output)
+    }
     fn name(&self) -> &'static str {
         "broadcast_to"
     }

@@ -11,7 +11,7 @@ use crate::shape::{Shape, Spec};
 use super::elementwise::ElementwiseOps;
 use super::emit::{accumulator, i64_array, Emitter, Value};
 use super::movement::MovementOps;
-use super::{check_arity, none, one, signed, Accepts, Dims, Grads, Op, OpDef, Operand};
+use super::{check_arity, none, one, signed, Accepts, DimSources, Dims, Grads, Op, OpDef, Operand};
 
 /// What a reduction computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,6 +33,12 @@ pub struct Reduce {
 }
 
 impl OpDef for Reduce {
+    /// Kept dims run along the input's; reduced ones (kept with size 1) along nothing.
+    fn dim_sources(&self, inputs: &[Spec], _output: &Spec) -> DimSources {
+        let kept = (0..inputs[0].rank()).filter(|d| self.keepdim || !self.dims.contains(d));
+        kept.map(|d| if self.dims.contains(&d) { Default::default() } else { smallvec::smallvec![(0, d)] })
+            .collect()
+    }
     fn name(&self) -> &'static str {
         match self.kind {
             ReduceKind::Sum => "sum",

@@ -748,6 +748,61 @@ impl Executable {
         Ok(unsafe { Event::wrap(&self.client.api, done) })
     }
 
+    /// Executes an SPMD program on every device it was compiled for (partition `i` on the
+    /// `i`-th device of its device assignment): `args[i]` are partition `i`'s arguments, and
+    /// its outputs come back as `outputs[i]`. Returns each partition's completion event.
+    pub fn execute_partitioned(
+        &self,
+        args: &[Vec<&Buffer>],
+        outputs: &mut Vec<Vec<Buffer>>,
+    ) -> Result<Vec<Event<'_>>> {
+        const F: &str = "PJRT_LoadedExecutable_Execute";
+        let num_args = args.first().map_or(0, Vec::len);
+        let mut raw_args: Vec<Vec<*mut ffi::PJRT_Buffer>> = Vec::with_capacity(args.len());
+        for (p, list) in args.iter().enumerate() {
+            if list.len() != num_args {
+                return Err(invalid_argument(
+                    F,
+                    format!("partition {p} has {} arguments, not {num_args}", list.len()),
+                ));
+            }
+            let mut raw = Vec::with_capacity(num_args);
+            for (i, b) in list.iter().enumerate() {
+                if !Arc::ptr_eq(&b.client, &self.client) {
+                    return Err(invalid_argument(
+                        F,
+                        format!("argument {i} of partition {p} is a buffer of another client"),
+                    ));
+                }
+                raw.push(b.raw);
+            }
+            raw_args.push(raw);
+        }
+        let n = args.len();
+        let arg_lists: Vec<*const *mut ffi::PJRT_Buffer> = raw_args.iter().map(|l| l.as_ptr()).collect();
+        let mut raw_out: Vec<Vec<*mut ffi::PJRT_Buffer>> = vec![vec![ptr::null_mut(); self.num_outputs]; n];
+        let out_lists: Vec<*mut *mut ffi::PJRT_Buffer> = raw_out.iter_mut().map(|l| l.as_mut_ptr()).collect();
+        let mut done: Vec<*mut ffi::PJRT_Event> = vec![ptr::null_mut(); n];
+        let mut opts = ffi::PJRT_ExecuteOptions::new();
+        let mut ex = ffi::PJRT_LoadedExecutable_Execute_Args::new();
+        ex.executable = self.raw;
+        ex.options = &mut opts;
+        ex.argument_lists = arg_lists.as_ptr();
+        ex.num_devices = n;
+        ex.num_args = num_args;
+        ex.output_lists = out_lists.as_ptr();
+        ex.device_complete_events = done.as_mut_ptr();
+        ex.execute_device = ptr::null_mut();
+        call!(&self.client.api, PJRT_LoadedExecutable_Execute, &mut ex)?;
+        outputs.extend(
+            raw_out
+                .into_iter()
+                .map(|l| l.into_iter().map(|raw| Buffer { client: self.client.clone(), raw }).collect()),
+        );
+        // SAFETY: each completion event is new and ours.
+        Ok(done.into_iter().filter_map(|e| unsafe { Event::wrap(&self.client.api, e) }).collect())
+    }
+
     /// Executes and blocks until the device finished; returns the execution's error.
     pub fn execute_and_wait(
         &self,
@@ -772,6 +827,47 @@ impl Drop for Executable {
         args.executable = self.raw;
         let _ = call!(&self.client.api, PJRT_LoadedExecutable_Destroy, &mut args);
     }
+}
+
+/// Serialized `CompileOptionsProto` for an SPMD program over `device_ids.len()` partitions,
+/// partition `i` on the device with global id `device_ids[i]`: one replica, SPMD
+/// partitioning on with the Shardy partitioner, that device assignment, not portable (a
+/// portable executable refuses both), and the XLA flags of [`COMPILE_OPTIONS`]. Field numbers
+/// are those of XLA's `ExecutableBuildOptionsProto` (4 `num_replicas`, 5 `num_partitions`, 6
+/// `use_spmd_partitioning`, 9 `device_assignment`, 19 `use_shardy_partitioner`) and `DeviceAssignmentProto` (1
+/// `replica_count`, 2 `computation_count`, 3 `computation_devices` { 1 `replica_device_ids` }).
+pub fn spmd_compile_options(device_ids: &[i32]) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn field(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
+        out.push(tag);
+        varint(out, body.len() as u64);
+        out.extend_from_slice(body);
+    }
+    let n = device_ids.len() as u64;
+    let mut assignment = vec![0x08, 0x01, 0x10];
+    varint(&mut assignment, n);
+    for &id in device_ids {
+        let mut device = vec![0x08];
+        varint(&mut device, id as i64 as u64);
+        field(&mut assignment, 0x1a, &device);
+    }
+    let mut build = vec![0x20, 0x01, 0x28];
+    varint(&mut build, n);
+    build.extend_from_slice(&[0x30, 0x01]);
+    field(&mut build, 0x4a, &assignment);
+    // Field 19 `use_shardy_partitioner: true` (GSPMD's propagation is deprecated).
+    build.extend_from_slice(&[0x98, 0x01, 0x01]);
+    let mut out = Vec::new();
+    field(&mut out, 0x1a, &build);
+    // The flags: COMPILE_OPTIONS after its build options (6 bytes) and portable flag (2).
+    out.extend_from_slice(&COMPILE_OPTIONS[8..]);
+    out
 }
 
 /// Serialized `CompileOptionsProto` for one replica and one partition, compiled portable

@@ -26,6 +26,9 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
         return crate::compile::record_op(op, inputs);
     }
     let node = crate::autograd::record(&op, inputs);
+    if inputs.iter().any(|t| t.inner.shards.is_some()) {
+        return Ok(super::sharded::dispatch_partitioned(op, inputs)?.with_node(node));
+    }
     let mut outs = dispatch_all(op, inputs, device)?;
     Ok(outs.swap_remove(0).with_node(node))
 }
@@ -121,15 +124,18 @@ impl Tensor {
 
 /// A tensor's bytes on the host (waiting for the op that makes it).
 pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
+    if let Some(shards) = &t.inner.shards {
+        return super::sharded::gather(t, shards);
+    }
     t.with_source(runtime::download)
 }
 
 /// Copies a tensor to another device (same plugin: device to device; else through the host).
 pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
-    if device == t.device() {
+    if device == t.device() && t.inner.shards.is_none() {
         return Ok(t.clone());
     }
-    if device.kind != t.device().kind {
+    if device.kind != t.device().kind || t.inner.shards.is_some() {
         let bytes = download(t)?;
         return upload(&bytes, t.spec().clone(), device);
     }

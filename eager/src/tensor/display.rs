@@ -33,13 +33,12 @@ impl fmt::Display for Tensor {
         let fmt_one = element_formatter(&values, self.dtype());
         let mut body = String::new();
         write_nested(&mut body, &values, self.shape(), 0, summarise, &fmt_one, 7);
-        write!(
-            f,
-            "tensor({body}, shape={:?}, dtype={}, device={})",
-            self.shape(),
-            self.dtype(),
-            self.device()
-        )
+        // A sharded tensor says how it is split where a single-device one names its device.
+        let place = match self.sharding() {
+            Some(s) => format!("sharding={s}"),
+            None => format!("device={}", self.device()),
+        };
+        write!(f, "tensor({body}, shape={:?}, dtype={}, {place})", self.shape(), self.dtype())
     }
 }
 

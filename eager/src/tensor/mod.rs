@@ -11,6 +11,7 @@ mod display;
 mod methods;
 mod operators;
 mod read;
+mod sharded;
 
 pub use dispatch::{dispatch, executable_for, lookup_only};
 
@@ -50,6 +51,9 @@ struct Inner {
     /// Smallest and largest value of integer data known on the host (uploaded from it): index
     /// ops check these before dispatch instead of on the device. `(MAX, MIN)` when empty.
     host_bounds: Option<(i64, i64)>,
+    /// For a tensor split over a mesh: its sharding and one buffer per mesh device (then
+    /// `buffer` is `None` and `device` the mesh's first).
+    shards: Option<Box<sharded::Shards>>,
 }
 
 static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
@@ -63,8 +67,9 @@ impl Tensor {
         producer: Option<Arc<OpInfo>>,
         completion: Arc<Completion>,
     ) -> Tensor {
-        let (buffer, traced, host_bounds) = (Some(buffer), None, None);
-        let inner = Inner { buffer, spec, device, runtime, producer, completion, traced, host_bounds };
+        let (buffer, traced, host_bounds, shards) = (Some(buffer), None, None, None);
+        let inner =
+            Inner { buffer, spec, device, runtime, producer, completion, traced, host_bounds, shards };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
 
@@ -79,6 +84,7 @@ impl Tensor {
             completion: Completion::ready(),
             traced: Some(traced),
             host_bounds: None,
+            shards: None,
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
@@ -148,11 +154,15 @@ impl Tensor {
     /// compiled function runs. Public for benchmarks that execute through `pjrt` directly.
     #[doc(hidden)]
     pub fn buffer(&self) -> Result<&Buffer> {
-        self.inner.buffer.as_ref().ok_or_else(|| {
-            Error::invalid(
+        self.inner.buffer.as_ref().ok_or_else(|| match &self.inner.shards {
+            Some(s) => Error::invalid(
+                "read",
+                format!("{} is split over {}: one buffer per device; gather it with .to(device)", self.spec(), s.sharding),
+            ),
+            None => Error::invalid(
                 "read",
                 format!("{} is traced inside a compiled function: it has values only when the function runs; return it instead of reading it", self.spec()),
-            )
+            ),
         })
     }
     pub(crate) fn runtime(&self) -> &Arc<Runtime> {
@@ -174,6 +184,13 @@ impl Tensor {
     /// Waits until the op that makes this tensor has finished on the device (dispatch is
     /// asynchronous; reads wait by themselves). Reports the op's failure, if it failed.
     pub fn block_until_ready(&self) -> Result<&Tensor> {
+        if let Some(s) = &self.inner.shards {
+            for b in &s.buffers {
+                b.wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
+            }
+            self.completion().verify(&self.describe())?;
+            return Ok(self);
+        }
         self.buffer()?.wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
         self.completion().verify(&self.describe())?;
         Ok(self)
@@ -215,6 +232,12 @@ impl Operand for Tensor {
     }
     fn scalar_on(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         dispatch::scalar(value, dtype, device)
+    }
+    fn scalar_like(&self, value: f64) -> Result<Tensor> {
+        match self.sharding() {
+            Some(s) => sharded::replicated_scalar(value, self.dtype(), s.mesh()),
+            None => dispatch::scalar(value, self.dtype(), self.device()),
+        }
     }
     fn rng_state(device: Device) -> Result<Tensor> {
         dispatch::rng_state_tensor(device)

@@ -1,0 +1,383 @@
+//! Meshes and shardings, in JAX's vocabulary: a [`Mesh`] arranges devices in named axes
+//! (`[("data", 2), ("model", 2)]`), a [`PartitionSpec`] names, per tensor dim, the mesh axes
+//! that dim is split over, and a [`Sharding`] is the two together. From a sharding come the
+//! shard each device holds and the GSPMD annotation (`{devices=[2,1,2]0,1,2,3
+//! last_tile_dim_replicate}`) XLA's SPMD partitioner reads. Pure bookkeeping: nothing here
+//! touches a device.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+/// Devices arranged in named axes; partition `i` of an SPMD program runs on `devices()[i]`,
+/// the devices laid out row-major over the axes (the last axis varies fastest). Cloning
+/// shares it; two meshes are equal when their axes and devices are.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Mesh {
+    inner: Arc<MeshInner>,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct MeshInner {
+    axes: Vec<(String, usize)>,
+    devices: Vec<Device>,
+}
+
+impl Mesh {
+    /// A mesh of `axes` over the first devices of the default device's kind (as
+    /// `jax.make_mesh`): `Mesh::new(&[("data", 2), ("model", 2)])` takes 4 devices.
+    pub fn new(axes: &[(&str, usize)]) -> Result<Mesh> {
+        let kind = crate::runtime::default_device().kind;
+        let all = crate::runtime::devices(kind)?;
+        let needed: usize = axes.iter().map(|&(_, n)| n).product();
+        if needed > all.len() {
+            let msg =
+                format!("{} needs {needed} devices; the {kind} plugin shows {}", describe(axes), all.len());
+            return Err(Error::invalid("Mesh", msg));
+        }
+        Mesh::with_devices(axes, &all[..needed])
+    }
+
+    /// A mesh of `axes` over exactly `devices` (row-major over the axes), all of one kind.
+    pub fn with_devices(axes: &[(&str, usize)], devices: &[Device]) -> Result<Mesh> {
+        let needed: usize = axes.iter().map(|&(_, n)| n).product();
+        if axes.is_empty() || axes.iter().any(|&(_, n)| n == 0) || needed != devices.len() {
+            let msg = format!("{} needs {needed} devices, got {}", describe(axes), devices.len());
+            return Err(Error::invalid("Mesh", msg));
+        }
+        for (i, &(name, _)) in axes.iter().enumerate() {
+            if name.is_empty() || axes[..i].iter().any(|&(other, _)| other == name) {
+                return Err(Error::invalid(
+                    "Mesh",
+                    format!("axis names must be distinct and non-empty: {axes:?}"),
+                ));
+            }
+        }
+        if devices.iter().any(|d| d.kind != devices[0].kind) {
+            return Err(Error::invalid("Mesh", format!("devices of one kind only, got {devices:?}")));
+        }
+        for (i, d) in devices.iter().enumerate() {
+            if devices[..i].contains(d) {
+                return Err(Error::invalid("Mesh", format!("{d} appears twice")));
+            }
+        }
+        let axes = axes.iter().map(|&(n, s)| (n.to_string(), s)).collect();
+        Ok(Mesh { inner: Arc::new(MeshInner { axes, devices: devices.to_vec() }) })
+    }
+
+    pub fn axes(&self) -> &[(String, usize)] {
+        &self.inner.axes
+    }
+
+    /// The devices, partition `i` on `devices()[i]`.
+    pub fn devices(&self) -> &[Device] {
+        &self.inner.devices
+    }
+
+    /// Number of devices.
+    pub fn size(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// Position and size of axis `name`, or an error naming the axes there are.
+    fn axis(&self, name: &str) -> Result<(usize, usize)> {
+        self.inner.axes.iter().position(|(n, _)| n == name).map(|i| (i, self.inner.axes[i].1)).ok_or_else(
+            || {
+                let names: Vec<&str> = self.inner.axes.iter().map(|(n, _)| n.as_str()).collect();
+                Error::invalid("PartitionSpec", format!("unknown mesh axis {name:?}; the mesh has {names:?}"))
+            },
+        )
+    }
+
+    /// The coordinates of partition `p` along each axis.
+    fn coords(&self, p: usize) -> Vec<usize> {
+        let mut rest = p;
+        let mut c = vec![0; self.inner.axes.len()];
+        for (i, (_, n)) in self.inner.axes.iter().enumerate().rev() {
+            c[i] = rest % n;
+            rest /= n;
+        }
+        c
+    }
+}
+
+fn describe(axes: &[(&str, usize)]) -> String {
+    let parts: Vec<String> = axes.iter().map(|(n, s)| format!("{n}: {s}")).collect();
+    format!("a mesh {{{}}}", parts.join(", "))
+}
+
+impl fmt::Display for Mesh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let axes: Vec<String> = self.inner.axes.iter().map(|(n, s)| format!("{n}: {s}")).collect();
+        let (first, last) = (self.inner.devices[0], self.inner.devices[self.size() - 1]);
+        let contiguous = self.inner.devices.iter().enumerate().all(|(i, d)| d.index == first.index + i);
+        if contiguous && self.size() > 1 {
+            write!(f, "Mesh {{{}}} on {first}..{}", axes.join(", "), last.index)
+        } else {
+            let devices: Vec<String> = self.inner.devices.iter().map(|d| d.to_string()).collect();
+            write!(f, "Mesh {{{}}} on {}", axes.join(", "), devices.join(", "))
+        }
+    }
+}
+
+impl fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Per tensor dim, the mesh axes it is split over (major first), or none: JAX's
+/// `PartitionSpec`. Dims past its length are not split.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PartitionSpec {
+    dims: Vec<Vec<String>>,
+}
+
+impl PartitionSpec {
+    /// One axis or none per dim: `PartitionSpec::new(&[Some("data"), None])` is JAX's
+    /// `P("data", None)`.
+    pub fn new(dims: &[Option<&str>]) -> PartitionSpec {
+        PartitionSpec { dims: dims.iter().map(|d| d.iter().map(|a| a.to_string()).collect()).collect() }
+    }
+
+    /// Several axes per dim: `PartitionSpec::with_axes(&[&["data", "model"], &[]])` is
+    /// `P(("data", "model"), None)`.
+    pub fn with_axes(dims: &[&[&str]]) -> PartitionSpec {
+        PartitionSpec { dims: dims.iter().map(|d| d.iter().map(|a| a.to_string()).collect()).collect() }
+    }
+
+    /// Nothing split: every device holds the whole tensor.
+    pub fn replicated() -> PartitionSpec {
+        PartitionSpec::default()
+    }
+
+    /// The axes dim `d` is split over (none past the spec's length).
+    pub fn axes_of(&self, d: usize) -> &[String] {
+        self.dims.get(d).map_or(&[], |v| v.as_slice())
+    }
+
+    pub fn len(&self) -> usize {
+        self.dims.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dims.is_empty()
+    }
+
+    /// Whether no dim is split.
+    pub fn is_replicated(&self) -> bool {
+        self.dims.iter().all(Vec::is_empty)
+    }
+
+    /// The spec of a result built from per-dim axes (trailing unsplit dims dropped).
+    pub(crate) fn from_dims(mut dims: Vec<Vec<String>>) -> PartitionSpec {
+        while dims.last().is_some_and(Vec::is_empty) {
+            dims.pop();
+        }
+        PartitionSpec { dims }
+    }
+}
+
+impl fmt::Display for PartitionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self
+            .dims
+            .iter()
+            .map(|d| match d.len() {
+                0 => "None".to_string(),
+                1 => format!("{:?}", d[0]),
+                _ => format!("({})", d.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ")),
+            })
+            .collect();
+        write!(f, "P({})", dims.join(", "))
+    }
+}
+
+/// How a tensor lies over a mesh: a mesh and a partition spec checked against a shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sharding {
+    mesh: Mesh,
+    spec: PartitionSpec,
+}
+
+impl Sharding {
+    /// `spec` over `mesh` for a tensor of `shape`: every axis named exists and is used once,
+    /// the spec has no more dims than the shape, and each split dim divides evenly.
+    pub fn new(mesh: &Mesh, spec: &PartitionSpec, shape: &[usize]) -> Result<Sharding> {
+        if spec.len() > shape.len() {
+            let msg = format!("{spec} has {} dims; the tensor {shape:?} has {}", spec.len(), shape.len());
+            return Err(Error::shape("PartitionSpec", msg));
+        }
+        let mut used: Vec<&str> = Vec::new();
+        for (d, axes) in spec.dims.iter().enumerate() {
+            let mut parts = 1;
+            for a in axes {
+                let (_, size) = mesh.axis(a)?;
+                if used.contains(&a.as_str()) {
+                    return Err(Error::invalid(
+                        "PartitionSpec",
+                        format!("{spec} uses mesh axis {a:?} twice"),
+                    ));
+                }
+                used.push(a);
+                parts *= size;
+            }
+            if !shape[d].is_multiple_of(parts) {
+                let msg = format!(
+                    "dim {d} of {shape:?} (size {}) does not split evenly over {parts} devices ({spec} on {mesh})",
+                    shape[d]
+                );
+                return Err(Error::shape("PartitionSpec", msg));
+            }
+        }
+        Ok(Sharding { mesh: mesh.clone(), spec: PartitionSpec::from_dims(spec.dims.clone()) })
+    }
+
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    pub fn spec(&self) -> &PartitionSpec {
+        &self.spec
+    }
+
+    /// How many pieces dim `d` is split into.
+    pub fn parts(&self, d: usize) -> usize {
+        self.spec.axes_of(d).iter().map(|a| self.mesh.axis(a).map_or(1, |(_, n)| n)).product()
+    }
+
+    /// Which piece of dim `d` partition `p` holds.
+    fn piece(&self, p: usize, d: usize) -> usize {
+        let coords = self.mesh.coords(p);
+        self.spec.axes_of(d).iter().fold(0, |acc, a| {
+            let (i, n) = self.mesh.axis(a).expect("checked when made");
+            acc * n + coords[i]
+        })
+    }
+
+    /// The shape each device holds.
+    pub fn shard_shape(&self, shape: &[usize]) -> Vec<usize> {
+        shape.iter().enumerate().map(|(d, &n)| n / self.parts(d)).collect()
+    }
+
+    /// The part of a tensor of `shape` partition `p` holds, per dim.
+    pub fn shard_ranges(&self, shape: &[usize], p: usize) -> Vec<Range<usize>> {
+        let sizes = self.shard_shape(shape);
+        (0..shape.len()).map(|d| self.piece(p, d) * sizes[d]..(self.piece(p, d) + 1) * sizes[d]).collect()
+    }
+
+    /// The GSPMD annotation of a tensor of rank `rank`: `{replicated}`, or the tile
+    /// assignment `{devices=[2,1]0,1}` (with `last_tile_dim_replicate` when some mesh axes
+    /// split nothing and so hold copies).
+    pub fn hlo(&self, rank: usize) -> String {
+        if self.spec.is_replicated() || rank == 0 {
+            return "{replicated}".into();
+        }
+        let tiles: Vec<usize> = (0..rank).map(|d| self.parts(d)).collect();
+        let split: usize = tiles.iter().product();
+        let copies = self.mesh.size() / split;
+        // The partition at each tile (row-major over the tiles, then the copies).
+        let mut at = vec![usize::MAX; self.mesh.size()];
+        let mut seen = vec![0usize; split];
+        for p in 0..self.mesh.size() {
+            let tile = (0..rank).fold(0, |acc, d| acc * tiles[d] + self.piece(p, d));
+            at[tile * copies + seen[tile]] = p;
+            seen[tile] += 1;
+        }
+        let mut dims: Vec<String> = tiles.iter().map(|t| t.to_string()).collect();
+        if copies > 1 {
+            dims.push(copies.to_string());
+        }
+        let ids: Vec<String> = at.iter().map(|p| p.to_string()).collect();
+        let replicate = if copies > 1 { " last_tile_dim_replicate" } else { "" };
+        format!("{{devices=[{}]{}{replicate}}}", dims.join(","), ids.join(","))
+    }
+}
+
+impl Sharding {
+    /// The Shardy annotation of a tensor of rank `rank` on the mesh named `@mesh`:
+    /// `#sdy.sharding<@mesh, [{"data"}, {}]>`, per dim its axes, major first.
+    pub fn sdy(&self, rank: usize) -> String {
+        let dims: Vec<String> = (0..rank)
+            .map(|d| {
+                let axes: Vec<String> = self.spec.axes_of(d).iter().map(|a| format!("{a:?}")).collect();
+                format!("{{{}}}", axes.join(", "))
+            })
+            .collect();
+        format!("#sdy.sharding<@mesh, [{}]>", dims.join(", "))
+    }
+}
+
+impl Mesh {
+    /// The Shardy mesh declaration: `sdy.mesh @mesh = <["data"=2, "model"=2]>` (partition
+    /// `i` on the mesh's `i`-th device, the default device order).
+    pub fn sdy(&self) -> String {
+        let axes: Vec<String> = self.inner.axes.iter().map(|(n, s)| format!("{n:?}={s}")).collect();
+        format!("sdy.mesh @mesh = <[{}]>", axes.join(", "))
+    }
+}
+
+impl fmt::Display for Sharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} over {}", self.spec, self.mesh)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mesh(axes: &[(&str, usize)]) -> Mesh {
+        let n = axes.iter().map(|a| a.1).product();
+        Mesh::with_devices(
+            axes,
+            &(0..n).map(|i| Device::new(crate::device::DeviceKind::Cpu, i)).collect::<Vec<_>>(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn annotations_follow_xla_tile_assignment() {
+        let m = mesh(&[("data", 2), ("model", 2)]);
+        let s = |spec: PartitionSpec, shape: &[usize]| Sharding::new(&m, &spec, shape).unwrap();
+        assert_eq!(s(PartitionSpec::replicated(), &[4, 4]).hlo(2), "{replicated}");
+        // Rows over data: partitions 0, 1 (data 0) hold rows 0-1, and copies over model.
+        let rows = s(PartitionSpec::new(&[Some("data")]), &[4, 6]);
+        assert_eq!(rows.hlo(2), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
+        assert_eq!(rows.shard_ranges(&[4, 6], 2), [2..4, 0..6]);
+        // Columns over data: the tile order puts partitions 0 and 2 side by side.
+        let cols = s(PartitionSpec::new(&[None, Some("model")]), &[4, 6]);
+        assert_eq!(cols.hlo(2), "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
+        assert_eq!(cols.shard_shape(&[4, 6]), [4, 3]);
+        let both = s(PartitionSpec::new(&[Some("model"), Some("data")]), &[4, 6]);
+        assert_eq!(both.hlo(2), "{devices=[2,2]0,2,1,3}");
+        let joint = s(PartitionSpec::with_axes(&[&["data", "model"]]), &[8]);
+        assert_eq!(joint.hlo(1), "{devices=[4]0,1,2,3}");
+        assert_eq!(joint.shard_ranges(&[8], 3), vec![6..8]);
+    }
+
+    #[test]
+    fn bad_specs_are_errors_naming_what_is_wrong() {
+        let m = mesh(&[("data", 2), ("model", 2)]);
+        let err =
+            |spec: PartitionSpec, shape: &[usize]| Sharding::new(&m, &spec, shape).unwrap_err().to_string();
+        let e = err(PartitionSpec::new(&[Some("batch")]), &[4]);
+        assert!(e.contains("unknown mesh axis \"batch\"") && e.contains("[\"data\", \"model\"]"), "{e}");
+        let e = err(PartitionSpec::new(&[Some("data")]), &[3, 2]);
+        assert!(e.contains("dim 0 of [3, 2] (size 3) does not split evenly over 2 devices"), "{e}");
+        let e = err(PartitionSpec::new(&[Some("data"), Some("data")]), &[4, 4]);
+        assert!(e.contains("uses mesh axis \"data\" twice"), "{e}");
+        let e = err(PartitionSpec::new(&[None, None, Some("data")]), &[4, 4]);
+        assert!(e.contains("has 3 dims; the tensor [4, 4] has 2"), "{e}");
+        let e = Mesh::with_devices(&[("x", 3)], &[Device::cpu()]).unwrap_err().to_string();
+        assert!(e.contains("needs 3 devices, got 1"), "{e}");
+        assert_eq!(format!("{m}"), "Mesh {data: 2, model: 2} on cpu:0..3");
+        assert_eq!(
+            format!("{}", PartitionSpec::with_axes(&[&["data", "model"], &[]])),
+            "P((\"data\", \"model\"), None)"
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! Tensors split over a mesh ([`crate::mesh`]): one buffer per mesh device, made by
+//! [`Tensor::shard`] and [`Tensor::replicate`], gathered by every read and by [`Tensor::to`];
+//! and an op on them dispatched as one SPMD program over the mesh (XLA's partitioner splits
+//! the work and inserts the communication). A tensor on one device never comes here.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use smallvec::SmallVec;
+
+use crate::cache::{OpKey, Partitioned};
+use crate::error::{Error, Result};
+use crate::mesh::{Mesh, PartitionSpec, Sharding};
+use crate::ops::Op;
+use crate::pjrt::Buffer;
+use crate::profiler::OpInfo;
+use crate::runtime::{self, Arg, Completion, Runtime, Source};
+use crate::shape::Spec;
+
+use super::{Inner, Tensor};
+
+/// A sharded tensor's layout and its buffers, `buffers[p]` on the mesh's device `p`.
+pub(crate) struct Shards {
+    pub(crate) sharding: Sharding,
+    pub(crate) buffers: Vec<Buffer>,
+}
+
+impl Tensor {
+    fn from_shards(
+        buffers: Vec<Buffer>,
+        spec: Spec,
+        sharding: Sharding,
+        runtime: Arc<Runtime>,
+        producer: Option<Arc<OpInfo>>,
+        completion: Arc<Completion>,
+    ) -> Tensor {
+        let inner = Inner {
+            buffer: None,
+            device: sharding.mesh().devices()[0],
+            spec,
+            runtime,
+            producer,
+            completion,
+            traced: None,
+            host_bounds: None,
+            shards: Some(Box::new(Shards { sharding, buffers })),
+        };
+        Tensor { inner: Arc::new(inner), autograd: None }
+    }
+
+    /// How this tensor is split over a mesh; `None` for a tensor on one device.
+    pub fn sharding(&self) -> Option<&Sharding> {
+        self.inner.shards.as_ref().map(|s| &s.sharding)
+    }
+
+    /// This tensor split over `mesh` as `spec` says (JAX's `device_put` with a
+    /// `NamedSharding`): each device gets its block. A dim split over mesh axes must divide
+    /// evenly; an unknown axis name is an error.
+    pub fn shard(&self, mesh: &Mesh, spec: &PartitionSpec) -> Result<Tensor> {
+        let sharding = Sharding::new(mesh, spec, self.shape())?;
+        if self.sharding() == Some(&sharding) {
+            return Ok(self.clone());
+        }
+        let whole = super::dispatch::download(self)?;
+        let elem = self.dtype().size_in_bytes();
+        let block = Spec::new(&sharding.shard_shape(self.shape()), self.dtype());
+        let mut buffers = Vec::with_capacity(mesh.size());
+        let mut rt = None;
+        for (p, &device) in mesh.devices().iter().enumerate() {
+            let part = copy_block(&whole, self.shape(), &sharding.shard_ranges(self.shape(), p), elem, None);
+            let (buffer, runtime) = runtime::upload(&part, &block, device)?;
+            buffers.push(buffer);
+            rt = Some(runtime);
+        }
+        let rt = rt.expect("a mesh has devices");
+        let t = Tensor::from_shards(buffers, self.spec().clone(), sharding, rt, None, Completion::ready());
+        Ok(t.with_host_bounds(self.host_bounds()))
+    }
+
+    /// This tensor whole on every device of `mesh` (JAX's `P()`).
+    pub fn replicate(&self, mesh: &Mesh) -> Result<Tensor> {
+        self.shard(mesh, &PartitionSpec::replicated())
+    }
+}
+
+/// Replicated scalars kept per mesh before the map is emptied (as the single-device ones).
+const SCALAR_CACHE_ENTRIES: usize = 1024;
+
+type ScalarCache = std::sync::Mutex<std::collections::HashMap<(Mesh, crate::dtype::DType, u64), Tensor>>;
+
+static SCALARS: crate::shared::Shared<ScalarCache> =
+    crate::shared::Shared::new("eager::tensor::ReplicatedScalars", ScalarCache::default);
+
+/// A scalar on every device of `mesh`, uploaded once per value (tensors never change).
+pub(crate) fn replicated_scalar(value: f64, dtype: crate::dtype::DType, mesh: &Mesh) -> Result<Tensor> {
+    let key = (mesh.clone(), dtype, value.to_bits());
+    if let Some(t) = crate::shared::lock(SCALARS.get()).get(&key) {
+        return Ok(t.clone());
+    }
+    let t = super::dispatch::scalar(value, dtype, mesh.devices()[0])?.replicate(mesh)?;
+    let mut map = crate::shared::lock(SCALARS.get());
+    if map.len() >= SCALAR_CACHE_ENTRIES {
+        map.clear();
+    }
+    map.insert(key, t.clone());
+    Ok(t)
+}
+
+/// Copies a block of a row-major array of `shape` (`elem` bytes per element): out of `whole`
+/// into a new dense block, or, with `into`, from `whole` (the block) into the array.
+fn copy_block(
+    whole: &[u8],
+    shape: &[usize],
+    ranges: &[std::ops::Range<usize>],
+    elem: usize,
+    into: Option<&mut [u8]>,
+) -> Vec<u8> {
+    let rank = shape.len();
+    let block: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
+    let count: usize = block.iter().product();
+    let row = if rank == 0 { 1 } else { block[rank - 1] } * elem;
+    let mut strides = vec![elem; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    let rows = (count * elem).checked_div(row).unwrap_or(0);
+    let mut out = Vec::new();
+    let mut into = into;
+    if into.is_none() {
+        out.reserve(count * elem);
+    }
+    let mut index = vec![0usize; rank.saturating_sub(1)];
+    for r in 0..rows {
+        let offset: usize =
+            (0..rank).map(|d| (ranges[d].start + index.get(d).copied().unwrap_or(0)) * strides[d]).sum();
+        match into.as_deref_mut() {
+            Some(dst) => dst[offset..offset + row].copy_from_slice(&whole[r * row..(r + 1) * row]),
+            None => out.extend_from_slice(&whole[offset..offset + row]),
+        }
+        // The next row: count up the index over all dims but the last.
+        for d in (0..index.len()).rev() {
+            index[d] += 1;
+            if index[d] < block[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    out
+}
+
+/// The whole of a sharded tensor on the host: every device's block put in its place.
+pub(crate) fn gather(t: &Tensor, shards: &Shards) -> Result<Vec<u8>> {
+    let elem = t.dtype().size_in_bytes();
+    let mut whole = vec![0u8; t.spec().size_in_bytes()];
+    let block = Spec::new(&shards.sharding.shard_shape(t.shape()), t.dtype());
+    let describe = || t.describe();
+    let mut done = vec![false; shards.sharding.mesh().size()];
+    for (p, buffer) in shards.buffers.iter().enumerate() {
+        let ranges = shards.sharding.shard_ranges(t.shape(), p);
+        // Replicas hold the same block: read one of them.
+        let first = (0..p).find(|&q| shards.sharding.shard_ranges(t.shape(), q) == ranges);
+        if first.is_some_and(|q| done[q]) {
+            continue;
+        }
+        let device = shards.sharding.mesh().devices()[p];
+        let src = Source { buffer, completion: t.completion(), spec: &block, device, describe: &describe };
+        let bytes = runtime::download(&src)?;
+        copy_block(&bytes, t.shape(), &ranges, elem, Some(&mut whole));
+        done[p] = true;
+    }
+    Ok(whole)
+}
+
+/// Runs `op` on inputs of which at least one is sharded, as one SPMD program over its mesh.
+/// Scalars on one device join as replicated; anything else on one device, or on another
+/// mesh, is an error. The result is split as the op's [`Op::dim_sources`] allow (whole on
+/// every device where nothing says otherwise).
+pub(crate) fn dispatch_partitioned(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let start = Instant::now();
+    runtime::check_interrupt(&op)?;
+    let mesh = inputs.iter().find_map(|t| t.sharding()).expect("one input is sharded").mesh().clone();
+    let mut joined: SmallVec<[Tensor; 4]> = SmallVec::new();
+    for t in inputs {
+        match t.sharding() {
+            Some(s) if s.mesh() == &mesh => joined.push((*t).clone()),
+            Some(s) => {
+                let msg = format!("inputs are split over different meshes: {} and {}", mesh, s.mesh());
+                return Err(Error::invalid(op.name(), msg));
+            }
+            None if t.rank() == 0 => joined.push(t.replicate(&mesh)?),
+            None => {
+                let msg = format!(
+                    "{} on {} cannot join tensors split over {mesh}: .replicate(&mesh) or .shard(&mesh, spec) it",
+                    t.spec(),
+                    t.device()
+                );
+                return Err(Error::invalid(op.name(), msg));
+            }
+        }
+    }
+    let specs: SmallVec<[Spec; 3]> = joined.iter().map(|t| t.spec().clone()).collect();
+    let output = op.infer(&specs)?;
+    let shardings: Vec<&Sharding> = joined.iter().map(|t| t.sharding().expect("joined")).collect();
+    let out_sharding = Sharding::new(&mesh, &result_spec(&op, &specs, &shardings, &output), &output.shape)?;
+    let partitioned = Partitioned {
+        mesh: mesh.clone(),
+        inputs: specs.iter().zip(&shardings).map(|(s, sh)| sh.sdy(s.rank())).collect(),
+        output: out_sharding.sdy(output.rank()),
+    };
+    let key =
+        OpKey { op, inputs: specs, device: mesh.devices()[0], partitioned: Some(Arc::new(partitioned)) };
+    let rt = joined[0].runtime().clone();
+    let buffers: Vec<&Shards> = joined.iter().map(|t| t.inner.shards.as_deref().expect("joined")).collect();
+    let args: Vec<Vec<Arg>> = (0..mesh.size())
+        .map(|p| {
+            joined
+                .iter()
+                .zip(&buffers)
+                .map(|(t, s)| Arg { buffer: &s.buffers[p], completion: t.completion() })
+                .collect()
+        })
+        .collect();
+    let launched = runtime::execute_partitioned(&rt, key, &args, start)?;
+    Ok(Tensor::from_shards(
+        launched.outputs,
+        output,
+        out_sharding,
+        rt,
+        Some(launched.info),
+        launched.completion,
+    ))
+}
+
+/// The result's split: each output dim takes the mesh axes of the first of its source dims
+/// that has some none of the other output dims took already.
+fn result_spec(op: &Op, inputs: &[Spec], shardings: &[&Sharding], output: &Spec) -> PartitionSpec {
+    let mut used: Vec<&str> = Vec::new();
+    let mut dims = Vec::with_capacity(output.rank());
+    for sources in op.dim_sources(inputs, output) {
+        let axes = sources
+            .iter()
+            .map(|&(i, d)| shardings[i].spec().axes_of(d))
+            .find(|axes| !axes.is_empty() && axes.iter().all(|a| !used.contains(&a.as_str())))
+            .unwrap_or(&[]);
+        used.extend(axes.iter().map(String::as_str));
+        dims.push(axes.to_vec());
+    }
+    PartitionSpec::from_dims(dims)
+}

@@ -1,0 +1,151 @@
+//! Tensors split over a mesh of the CPU plugin's 4 devices: blocks go out and come back
+//! whole; every op on sharded inputs runs as one SPMD program and gives the single-device
+//! result, with the split its family's rule gives; gradients flow through; bad meshes and
+//! specs are clear errors.
+
+mod common;
+
+use eager::mesh::{Mesh, PartitionSpec as P};
+use eager::prelude::*;
+
+fn mesh() -> Mesh {
+    Mesh::new(&[("data", 2), ("model", 2)]).expect("the CPU plugin shows 4 devices")
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn specs() -> Vec<P> {
+    vec![
+        P::replicated(),
+        P::new(&[Some("data")]),
+        P::new(&[None, Some("model")]),
+        P::new(&[Some("model"), Some("data")]),
+        P::with_axes(&[&["data", "model"]]),
+    ]
+}
+
+#[test]
+fn blocks_go_out_and_come_back_whole() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let x = Tensor::arange(0.0, 24.0, 1.0, DType::F32)?.reshape(&[4, 6])?;
+    for spec in specs() {
+        let s = x.shard(&m, &spec)?;
+        assert_eq!(s.sharding().unwrap().spec(), &spec);
+        assert_eq!(values(&s), values(&x), "{spec}");
+        assert_eq!(values(&s.to(Device::cpu())?), values(&x));
+    }
+    let rows = x.shard(&m, &P::new(&[Some("data")]))?;
+    let text = rows.to_string();
+    assert!(text.contains("sharding=P(\"data\") over Mesh {data: 2, model: 2} on cpu:0..3"), "{text}");
+    // A 0-d tensor and a bool one.
+    assert_eq!(Tensor::scalar(3.5f32)?.replicate(&m)?.item::<f32>()?, 3.5);
+    let mask = Tensor::from_slice(&[true, false, true, true], &[4])?.shard(&m, &P::new(&[Some("data")]))?;
+    assert_eq!(mask.to_vec::<bool>()?, [true, false, true, true]);
+    Ok(())
+}
+
+#[test]
+fn every_family_gives_the_single_device_result() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    manual_seed(2);
+    let x = Tensor::randn(&[4, 6], DType::F32)?;
+    let y = Tensor::randn(&[4, 6], DType::F32)?;
+    let w = Tensor::randn(&[6, 8], DType::F32)?;
+    type Case = (&'static str, fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>);
+    let cases: &[Case] = &[
+        ("exp", |x, _, _| x.exp()),
+        ("add", |x, y, _| x.add(y)),
+        ("mul by a scalar", |x, _, _| x.mul_scalar(3.0)),
+        ("where", |x, y, _| x.gt(y)?.where_cond(x, y)),
+        ("broadcast row", |x, y, _| x.add(&y.narrow(0, 0, 1)?)),
+        ("sum over rows", |x, _, _| x.sum(&[0], false)),
+        ("max over columns, kept", |x, _, _| x.max(&[1], true)),
+        ("matmul", |x, _, w| x.matmul(w)),
+        ("transpose", |x, _, _| x.t()),
+        ("softmax", |x, _, _| x.softmax(-1)),
+        ("reshape (no rule: whole result)", |x, _, _| x.reshape(&[6, 4])),
+        ("layer norm", |x, _, _| {
+            let c = x.sub(&x.mean(&[-1], true)?)?;
+            c.mul(&c.square()?.mean(&[-1], true)?.add_scalar(1e-5)?.rsqrt()?)
+        }),
+    ];
+    for (name, f) in cases {
+        let want = values(&f(&x, &y, &w)?);
+        for spec in specs() {
+            let (xs, ys) = (x.shard(&m, &spec)?, y.shard(&m, &spec)?);
+            let ws = w.shard(&m, &P::new(&[None, Some("model")]))?;
+            let got = f(&xs, &ys, &ws)?;
+            assert!(got.sharding().is_some(), "{name} on {spec}: the result left the mesh");
+            let got = values(&got);
+            let close = got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-5 * (1.0 + w.abs()));
+            assert!(close && got.len() == want.len(), "{name} on {spec}: {got:?} != {want:?}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn results_keep_the_split_their_rule_gives() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let x = Tensor::ones(&[4, 6], DType::F32)?.shard(&m, &P::new(&[Some("data")]))?;
+    let w = Tensor::ones(&[6, 8], DType::F32)?.shard(&m, &P::new(&[None, Some("model")]))?;
+    let spec = |t: &Tensor| t.sharding().unwrap().spec().to_string();
+    assert_eq!(spec(&x.exp()?), "P(\"data\")");
+    assert_eq!(spec(&x.matmul(&w)?), "P(\"data\", \"model\")");
+    assert_eq!(spec(&x.sum(&[0], false)?), "P()", "a reduction over the split dim is whole");
+    assert_eq!(spec(&x.sum(&[1], false)?), "P(\"data\")");
+    assert_eq!(spec(&x.t()?), "P(None, \"data\")");
+    // The cache keys on the split: the same op on another split is another program.
+    let before = cache::stats().misses + cache::stats().disk_hits;
+    let _ = x.shard(&m, &P::new(&[None, Some("data")]))?.add_scalar(123.0)?;
+    let _ = x.add_scalar(123.0)?;
+    let _ = x.add_scalar(123.0)?;
+    assert_eq!(cache::stats().misses + cache::stats().disk_hits, before + 2);
+    Ok(())
+}
+
+#[test]
+fn gradients_flow_through_sharded_ops() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let host = Tensor::from_slice(&[1.0f32, -2.0, 3.0, 0.5, 4.0, -1.0, 2.0, 0.0], &[4, 2])?;
+    let x = host.shard(&m, &P::new(&[Some("data")]))?.set_requires_grad(true)?;
+    let loss = x.mul(&x)?.sum_all()?;
+    loss.backward()?;
+    let grad = x.grad().expect("a gradient");
+    let want: Vec<f32> = values(&host).iter().map(|v| 2.0 * v).collect();
+    assert_eq!(values(&grad), want);
+    Ok(())
+}
+
+#[test]
+fn bad_meshes_and_specs_are_clear_errors() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let x = Tensor::zeros(&[3, 4], DType::F32)?;
+    let e = x.shard(&m, &P::new(&[Some("data")])).unwrap_err().to_string();
+    assert!(e.contains("dim 0 of [3, 4] (size 3) does not split evenly over 2 devices"), "{e}");
+    let e = x.shard(&m, &P::new(&[None, Some("batch")])).unwrap_err().to_string();
+    assert!(e.contains("unknown mesh axis \"batch\""), "{e}");
+    let e = Mesh::new(&[("data", 64)]).unwrap_err().to_string();
+    assert!(e.contains("needs 64 devices; the cpu plugin shows"), "{e}");
+    // Tensors on different meshes, or a whole tensor on one device, do not mix silently.
+    let other = Mesh::new(&[("data", 4)])?;
+    let a = x.shard(&m, &P::new(&[None, Some("model")]))?;
+    let b = x.shard(&other, &P::new(&[None, Some("data")]))?;
+    let e = a.add(&b).unwrap_err().to_string();
+    assert!(e.starts_with("add: inputs are split over different meshes"), "{e}");
+    let e = a.add(&x).unwrap_err().to_string();
+    assert!(
+        e.contains("f32[3, 4] on cpu:0 cannot join tensors split over") && e.contains(".replicate(&mesh)"),
+        "{e}"
+    );
+    let e = a.buffer().err().expect("no single buffer").to_string();
+    assert!(e.contains("is split over"), "{e}");
+    Ok(())
+}
