@@ -6,6 +6,7 @@
 mod common;
 
 use eager::mesh::{Mesh, PartitionSpec as P};
+use eager::nn;
 use eager::prelude::*;
 
 fn mesh() -> Mesh {
@@ -147,5 +148,80 @@ fn bad_meshes_and_specs_are_clear_errors() -> Result<()> {
     );
     let e = a.buffer().err().expect("no single buffer").to_string();
     assert!(e.contains("is split over"), "{e}");
+    Ok(())
+}
+
+/// An MLP's parameters, read back.
+fn parameters(m: &nn::Sequential) -> Vec<Vec<f32>> {
+    use eager::nn::Module;
+    m.parameters().iter().map(|p| values(&p.get())).collect()
+}
+
+/// 20 SGD steps of a seeded MLP on a fixed batch; `place` puts the batch, targets and each
+/// parameter where the run wants them. Returns the losses and the model.
+fn train(place: &dyn Fn(&str, &Tensor) -> Result<Tensor>) -> Result<(Vec<f32>, nn::Sequential)> {
+    use eager::nn::{Linear, Module, Relu, Sequential};
+    use eager::optim::Sgd;
+    manual_seed(9);
+    let model = Sequential::new().add(Linear::new(6, 16)?).add(Relu).add(Linear::new(16, 4)?);
+    for (name, p) in model.named_parameters() {
+        p.set(place(&name, &p.get())?)?;
+    }
+    let x = place("x", &Tensor::randn(&[8, 6], DType::F32)?)?;
+    let y = place("y", &Tensor::from_slice(&[0i64, 1, 2, 3, 3, 2, 1, 0], &[8])?)?;
+    let sgd = Sgd::with_momentum(model.parameters(), 0.1, 0.9)?;
+    let mut losses = Vec::new();
+    for _ in 0..20 {
+        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+        loss.backward()?;
+        sgd.step()?;
+        sgd.zero_grad();
+        losses.push(loss.item::<f32>()?);
+    }
+    Ok((losses, model))
+}
+
+#[test]
+fn data_parallel_fsdp_and_tensor_parallel_steps_equal_the_single_device_step() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let (want_losses, want_model) = train(&|_, t| Ok(t.clone()))?;
+    // Data-parallel: the batch split over "data", every weight whole on every device.
+    let data = P::new(&[Some("data")]);
+    let dp = |name: &str, t: &Tensor| {
+        if name == "x" || name == "y" {
+            t.shard(&m, &data)
+        } else {
+            t.replicate(&m)
+        }
+    };
+    // FSDP-style: weights (and so the optimizer's state) split over "data" too; each layer's
+    // weight is gathered where it is used, by the partitioner.
+    let fsdp =
+        |name: &str, t: &Tensor| if name.ends_with("bias") { t.replicate(&m) } else { t.shard(&m, &data) };
+    // Tensor-parallel: the first layer's outputs split over "model", the second's inputs.
+    let model_rows = P::new(&[Some("model")]);
+    let model_cols = P::new(&[None, Some("model")]);
+    let tp = |name: &str, t: &Tensor| match name {
+        "0.weight" | "0.bias" => t.shard(&m, &model_rows),
+        "2.weight" => t.shard(&m, &model_cols),
+        _ => t.replicate(&m),
+    };
+    type Place<'a> = &'a dyn Fn(&str, &Tensor) -> Result<Tensor>;
+    for (run, place) in [("data-parallel", &dp as Place), ("fsdp", &fsdp), ("tensor-parallel", &tp)] {
+        let (losses, model) = train(place)?;
+        for (step, (g, w)) in losses.iter().zip(&want_losses).enumerate() {
+            assert!((g - w).abs() <= 1e-5, "{run}: loss at step {step} is {g}, one device gives {w}");
+        }
+        for (got, want) in parameters(&model).iter().zip(parameters(&want_model)) {
+            let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
+            assert!(worst <= 1e-5, "{run}: a parameter is off by {worst}");
+        }
+        use eager::nn::Module;
+        assert!(
+            model.parameters().iter().all(|p| p.get().sharding().is_some()),
+            "{run}: a parameter left the mesh"
+        );
+    }
     Ok(())
 }
