@@ -6,7 +6,8 @@
 //! - a 100-op chain of mixed ops and a 3-layer MLP forward (ops/s, passes/s);
 //! - first calls: compiled cold, and loaded from the disk cache in a fresh process;
 //! - training steps/s of an MLP 784-256-10, the digits CNN and the character GPT of the
-//!   notebooks, eager and compiled into one program;
+//!   notebooks, eager and compiled into one program; the MLP data-parallel over 1, 2 and 4
+//!   devices, and what a one-op SPMD program takes to compile;
 //! - matmul 1024 f32 GFLOP/s, ours against the raw execute;
 //! - resident memory after 1 000 000 ops.
 
@@ -145,6 +146,11 @@ struct Report {
     train_cnn_digits_compiled_steps_per_s: f64,
     train_gpt_char_eager_steps_per_s: f64,
     train_gpt_char_compiled_steps_per_s: f64,
+    /// (devices, eager steps/s) of the MLP 784-256-10, global batch 64, data-parallel.
+    data_parallel_mlp_steps_per_s: Vec<(usize, f64)>,
+    /// Getting the executable of a one-op SPMD program over 4 devices.
+    sharded_add_compile_ms: f64,
+    sharded_add_compile_outcome: String,
     matmul_1024_gflops: f64,
     matmul_1024_raw_gflops: f64,
     memory_ops: usize,
@@ -262,6 +268,53 @@ fn train_mlp() -> Result<(f64, f64)> {
         sgd.zero_grad();
         Ok(loss)
     })
+}
+
+/// Eager SGD steps per second of the MLP 784-256-10 on a global batch of 64, data-parallel
+/// over the first `devices` devices (batch split over a mesh axis `data`, weights whole on
+/// each device; one device: no mesh at all).
+fn train_mlp_data_parallel(devices: usize) -> Result<f64> {
+    use eager::nn::{self, Linear, Module, Relu, Sequential};
+    use eager::optim::{Optimizer, Sgd};
+    use eager::{Mesh, PartitionSpec};
+    manual_seed(1);
+    let model = Sequential::new().add(Linear::new(784, 256)?).add(Relu).add(Linear::new(256, 10)?);
+    let mut x = Tensor::rand(&[64, 784], DType::F32)?;
+    let mut y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
+    if devices > 1 {
+        let mesh = Mesh::new(&[("data", devices)])?;
+        for p in model.parameters() {
+            p.set(p.get().replicate(&mesh)?)?;
+        }
+        let data = PartitionSpec::new(&[Some("data")]);
+        (x, y) = (x.shard(&mesh, &data)?, y.shard(&mesh, &data)?);
+    }
+    let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
+    let step = || -> Result<Tensor> {
+        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+        loss.backward()?;
+        sgd.step()?;
+        sgd.zero_grad();
+        Ok(loss)
+    };
+    step()?.block_until_ready()?;
+    Ok(1e6
+        / time_calls(50, || {
+            step().unwrap().block_until_ready().unwrap();
+        }))
+}
+
+/// Milliseconds to get the executable of an add over 4 devices (rows split) at a shape
+/// nothing else uses: a compile, or a load from the persistent cache of an earlier run.
+fn sharded_add_compile_ms() -> anyhow::Result<(f64, String)> {
+    use eager::{Mesh, PartitionSpec};
+    let mesh = Mesh::new(&[("data", 4)])?;
+    let x = Tensor::ones(&[4, 1237], DType::F32)?.shard(&mesh, &PartitionSpec::new(&[Some("data")]))?;
+    let mark = profiler::next_seq();
+    x.add(&x)?.block_until_ready()?;
+    let e = profiler::events_since(mark).into_iter().find(|e| e.name() == "add").context("no add event")?;
+    let how = if e.cache == Some(CacheOutcome::DiskHit) { "disk cache" } else { "compiled" };
+    Ok((e.compile_ns as f64 / 1e6, how.to_string()))
 }
 
 /// SGD (momentum 0.9) on the digits CNN of notebook 05 with batch 64 of `[1, 8, 8]` images:
@@ -438,6 +491,11 @@ fn main() -> anyhow::Result<()> {
     (r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s) = train_mlp()?;
     (r.train_cnn_digits_eager_steps_per_s, r.train_cnn_digits_compiled_steps_per_s) = train_cnn()?;
     (r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s) = train_gpt()?;
+    let available = runtime::devices(DeviceKind::Cpu)?.len();
+    for n in [1, 2, 4].into_iter().filter(|&n| n <= available) {
+        r.data_parallel_mlp_steps_per_s.push((n, train_mlp_data_parallel(n)?));
+    }
+    (r.sharded_add_compile_ms, r.sharded_add_compile_outcome) = sharded_add_compile_ms()?;
 
     // First calls in fresh processes: compiled (empty disk cache), then loaded from it.
     let dir = std::env::temp_dir().join(format!("eager-bench-{}", std::process::id()));
@@ -523,6 +581,13 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     println!(
         "  char GPT (2 blocks, 64 wide) step, 16x32, AdamW:{:8.0} steps/s eager, {:9.0} steps/s compiled",
         r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s
+    );
+    let dp: Vec<String> =
+        r.data_parallel_mlp_steps_per_s.iter().map(|(n, s)| format!("{s:.0} on {n} device(s)")).collect();
+    println!("  MLP 784-256-10 data-parallel, global batch 64:  {} (eager steps/s)", dp.join(", "));
+    println!(
+        "  one-op SPMD program over 4 devices (add, rows split): {:.1} ms ({})",
+        r.sharded_add_compile_ms, r.sharded_add_compile_outcome
     );
     println!("\nfirst call in a fresh process (get the executable / whole call):");
     println!("  {:<18} {:>22} {:>26}", "op", "cold: compile", "disk cache: load");
