@@ -22,6 +22,24 @@ pub struct OpInfo {
     pub inputs: Vec<Spec>,
     pub output: Spec,
     pub device: Device,
+    /// For an SPMD program: the mesh it ran over (`device` is the mesh's first device).
+    #[serde(default)]
+    pub mesh: Option<MeshInfo>,
+}
+
+/// The mesh an SPMD program ran over: its named axes and its devices, partition `i` on
+/// `devices[i]`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MeshInfo {
+    pub axes: Vec<(String, usize)>,
+    pub devices: Vec<Device>,
+}
+
+impl std::fmt::Display for MeshInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let axes: Vec<String> = self.axes.iter().map(|(n, s)| format!("{n}: {s}")).collect();
+        write!(f, "mesh {{{}}}", axes.join(", "))
+    }
 }
 
 impl OpInfo {
@@ -34,7 +52,8 @@ impl OpInfo {
     pub fn signature(&self) -> String {
         let args: Vec<String> = self.inputs.iter().map(|s| s.to_string()).collect();
         let attrs = if self.attrs.is_empty() { String::new() } else { format!(" {{{}}}", self.attrs) };
-        format!("{}({}){attrs}", self.name, args.join(", "))
+        let over = self.mesh.as_ref().map(|m| format!(" over {m}")).unwrap_or_default();
+        format!("{}({}){attrs}{over}", self.name, args.join(", "))
     }
 }
 
@@ -46,6 +65,8 @@ struct OpInfoWire {
     inputs: Vec<Spec>,
     output: Spec,
     device: Device,
+    #[serde(default)]
+    mesh: Option<MeshInfo>,
 }
 
 impl<'de> serde::Deserialize<'de> for OpInfo {
@@ -57,6 +78,7 @@ impl<'de> serde::Deserialize<'de> for OpInfo {
             inputs: w.inputs,
             output: w.output,
             device: w.device,
+            mesh: w.mesh,
         })
     }
 }

@@ -349,9 +349,13 @@ pub(crate) fn executable(
         inputs: key.inputs.to_vec(),
         output,
         device: key.device,
+        mesh: key.partitioned.as_ref().map(|p| crate::profiler::MeshInfo {
+            axes: p.mesh.axes().to_vec(),
+            devices: p.mesh.devices().to_vec(),
+        }),
     });
     let mut mlir = key.op.emit_module(&key.inputs, &info.output);
-    let mut signature = info.signature();
+    let signature = info.signature();
     let mut options = std::borrow::Cow::Borrowed(pjrt::COMPILE_OPTIONS);
     if let Some(p) = &key.partitioned {
         // One SPMD program over the mesh, each partition on its device.
@@ -362,7 +366,6 @@ pub(crate) fn executable(
         let ids: Vec<i32> =
             p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
         options = std::borrow::Cow::Owned(pjrt::spmd_compile_options(&ids));
-        signature = format!("{signature} over {}", p.mesh);
     }
     let options = options.as_ref();
     let loaded = rt.disk.as_ref().and_then(|d| d.load(&rt.client, &mlir, options, &signature));
@@ -535,18 +538,30 @@ pub(crate) fn execute_partitioned(
         let (this, op_info, remaining) = (completion.clone(), info.clone(), left.clone());
         let inputs_done: SmallVec<[Arc<Completion>; 3]> =
             args[0].iter().map(|a| a.completion.clone()).collect();
+        let inputs_ready = inputs_done.clone();
         let registered = done.on_ready(&rt.client.api, move |outcome| {
             if let Err(e) = outcome {
                 let failure = Failure { op: op_info.signature(), message: e.message, inputs: inputs_done };
                 let _ = this.failure.set(Arc::new(failure));
             }
-            // The last partition to finish completes the op.
+            // The last partition to finish completes the op. As on one device, the program
+            // ran from when it was enqueued, its inputs were ready and every device of the
+            // mesh had finished what it ran before.
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let p = profiler();
                 let end = p.now_ns().max(1);
+                let devices = op_info.mesh.as_ref().map(|m| m.devices.as_slice()).unwrap_or(&[]);
+                let finished_before = devices
+                    .iter()
+                    .map(|&d| state().device_free_ns[device_slot(d)].fetch_max(end, Ordering::AcqRel))
+                    .fold(enqueued_at, u64::max);
+                let began = inputs_ready
+                    .iter()
+                    .map(|c| c.ready_ns.load(Ordering::Acquire))
+                    .fold(finished_before, u64::max);
                 this.ready_ns.store(end, Ordering::Release);
                 if let Some(seq) = seq {
-                    p.complete(seq, end.saturating_sub(enqueued_at));
+                    p.complete(seq, end.saturating_sub(began));
                 }
                 p.op_done();
             }
@@ -645,6 +660,7 @@ fn record_transfer(
         inputs: vec![spec.clone()],
         output: spec.clone(),
         device,
+        mesh: None,
     });
     profiler().record(kind, &info, None, start, 0, ns, spec.size_in_bytes() as u64);
 }

@@ -101,6 +101,12 @@ fn results_keep_the_split_their_rule_gives() -> Result<()> {
     assert_eq!(spec(&x.sum(&[0], false)?), "P()", "a reduction over the split dim is whole");
     assert_eq!(spec(&x.sum(&[1], false)?), "P(\"data\")");
     assert_eq!(spec(&x.t()?), "P(None, \"data\")");
+    // The profiler knows where it ran.
+    let mark = profiler::next_seq();
+    x.exp()?.block_until_ready()?;
+    let event = profiler::events_since(mark).into_iter().find(|e| e.name() == "exp").expect("an exp event");
+    assert_eq!(event.info.signature(), "exp(f32[4, 6]) over mesh {data: 2, model: 2}");
+    assert_eq!(event.info.mesh.as_ref().map(|m| m.devices.len()), Some(4));
     // The cache keys on the split: the same op on another split is another program.
     let before = cache::stats().misses + cache::stats().disk_hits;
     let _ = x.shard(&m, &P::new(&[None, Some("data")]))?.add_scalar(123.0)?;

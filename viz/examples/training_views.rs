@@ -154,6 +154,7 @@ fn info(name: &'static str, attrs: &str, width: usize) -> Arc<OpInfo> {
         inputs: vec![spec.clone()],
         output: spec,
         device: Device::cpu(),
+        mesh: None,
     })
 }
 

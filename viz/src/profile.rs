@@ -109,20 +109,24 @@ impl Profile {
     }
 
     /// Rows to draw dispatches on: one per device, more where dispatches overlap (several
-    /// threads), so that no two slices on a row overlap. Returns the row names and each
-    /// event's row.
-    pub(crate) fn lanes(&self) -> (Vec<String>, Vec<usize>) {
+    /// threads), so that no two slices on a row overlap. An SPMD program over a mesh is
+    /// drawn on every device of the mesh. Returns the row names and the slices to draw, each
+    /// an event's index and its row.
+    pub(crate) fn lanes(&self) -> (Vec<String>, Vec<(usize, usize)>) {
         // Greedy interval partitioning per device: events come sorted by start.
         let mut rows: Vec<(Device, u64)> = Vec::new();
         let mut of_event = Vec::with_capacity(self.events.len());
-        for e in &self.events {
-            let free = rows.iter().position(|&(d, end)| d == e.device() && end <= e.start_ns);
-            let row = free.unwrap_or_else(|| {
-                rows.push((e.device(), 0));
-                rows.len() - 1
-            });
-            rows[row].1 = e.end_ns();
-            of_event.push(row);
+        for (i, e) in self.events.iter().enumerate() {
+            let devices = e.info.mesh.as_ref().map_or_else(|| vec![e.device()], |m| m.devices.clone());
+            for device in devices {
+                let free = rows.iter().position(|&(d, end)| d == device && end <= e.start_ns);
+                let row = free.unwrap_or_else(|| {
+                    rows.push((device, 0));
+                    rows.len() - 1
+                });
+                rows[row].1 = e.end_ns();
+                of_event.push((i, row));
+            }
         }
         // Order rows by device, keeping first-use order within one device.
         let mut order: Vec<usize> = (0..rows.len()).collect();
@@ -134,7 +138,7 @@ impl Profile {
             let nth = order[..i].iter().filter(|&&o| rows[o].0 == rows[r].0).count();
             names.push(if nth == 0 { rows[r].0.to_string() } else { format!("{} ({})", rows[r].0, nth + 1) });
         }
-        (names, of_event.into_iter().map(|r| rank[r]).collect())
+        (names, of_event.into_iter().map(|(i, r)| (i, rank[r])).collect())
     }
 }
 

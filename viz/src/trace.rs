@@ -93,7 +93,7 @@ impl Profile {
             events.push(meta("thread_sort_index", i as u32 + 1, json!({ "sort_index": i })));
         }
         let mut slices = Vec::new();
-        for (e, lane) in self.events().iter().zip(lane_of) {
+        for (e, lane) in lane_of.into_iter().map(|(i, row)| (&self.events()[i], row)) {
             let tid = lane as u32 + 1;
             let t = e.start_ns - self.start_ns();
             // Op names alone, so that viewers colour and group all calls of an op alike.

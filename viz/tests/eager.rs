@@ -196,6 +196,21 @@ fn a_recording_keeps_every_event_past_the_log_capacity_then_lets_the_log_shrink(
 }
 
 #[test]
+fn an_spmd_program_is_drawn_on_every_device_of_its_mesh() -> Result<()> {
+    let _g = lock();
+    let mesh = eager::Mesh::new(&[("data", 4)])?;
+    let x = Tensor::ones(&[8, 3], DType::F32)?.shard(&mesh, &eager::PartitionSpec::new(&[Some("data")]))?;
+    let (r, p) = viz::profile(|| x.exp()?.sum(&[1], false));
+    r?.block_until_ready()?;
+    let trace = p.trace_json();
+    for d in 0..4 {
+        assert!(trace.contains(&format!("\"name\":\"cpu:{d}\"")), "no lane for cpu:{d}: {trace}");
+    }
+    assert!(p.timeline().svg().expect("an svg").contains("cpu:3"));
+    Ok(())
+}
+
+#[test]
 fn files_are_written() {
     let _g = lock();
     let (p, _) = measured(|| {

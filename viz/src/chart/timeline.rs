@@ -42,7 +42,8 @@ pub(super) fn draw<DB: DrawingBackend>(p: &Profile, root: &Area<DB>, look: &Look
     let y_area = row_label_width(root, look, &lanes)? + look.px(52);
     let x_desc = format!("time since start ({unit})");
     let mut chart = row_chart(&body, look, &lanes, x_max, &x_desc, Some("device"), y_area)?;
-    draw_slices(&mut chart, look, lanes.len(), p.events().iter().zip(lane_of), p.start_ns(), per_unit)
+    let slices = lane_of.into_iter().map(|(i, row)| (&p.events()[i], row));
+    draw_slices(&mut chart, look, lanes.len(), slices, p.start_ns(), per_unit)
 }
 
 /// A chart of named rows (the first on top) on a time axis: rows are 100 units tall, row
