@@ -71,7 +71,12 @@ fn handle(req: &Value) -> Result<Value, String> {
             profiler::reset();
             json!({ "ok": true })
         }
-        "devices" => json!({ "default": runtime::default_device().to_string(), "lines": device_lines() }),
+        "devices" => json!({
+            "default": runtime::default_device().to_string(),
+            "lines": device_lines(),
+            "mesh": eager::mesh::current().map(|m| m.to_string()),
+        }),
+        "mesh" => json!({ "grid": eager::mesh::current().map(|m| m.grid()) }),
         "set_device" => {
             let d: Device = req["device"].as_str().unwrap_or("").parse()?;
             let rt = runtime::runtime(d.kind).map_err(|e| e.to_string())?;

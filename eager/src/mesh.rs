@@ -65,7 +65,9 @@ impl Mesh {
             }
         }
         let axes = axes.iter().map(|&(n, s)| (n.to_string(), s)).collect();
-        Ok(Mesh { inner: Arc::new(MeshInner { axes, devices: devices.to_vec() }) })
+        let mesh = Mesh { inner: Arc::new(MeshInner { axes, devices: devices.to_vec() }) };
+        set_current(&mesh);
+        Ok(mesh)
     }
 
     pub fn axes(&self) -> &[(String, usize)] {
@@ -107,6 +109,59 @@ impl Mesh {
 fn describe(axes: &[(&str, usize)]) -> String {
     let parts: Vec<String> = axes.iter().map(|(n, s)| format!("{n}: {s}")).collect();
     format!("a mesh {{{}}}", parts.join(", "))
+}
+
+/// The mesh in use: the last one made, or the one [`set_current`] names (one per session,
+/// as all of eager's state, see [`crate::shared`]).
+static CURRENT: crate::shared::Shared<std::sync::Mutex<Option<Mesh>>> =
+    crate::shared::Shared::new("eager::mesh::Current", || std::sync::Mutex::new(None));
+
+/// Makes `mesh` the one in use (what the REPL's `:mesh` shows); meshes made later replace it.
+pub fn set_current(mesh: &Mesh) {
+    *crate::shared::lock(CURRENT.get()) = Some(mesh.clone());
+}
+
+/// The mesh in use, if any was made.
+pub fn current() -> Option<Mesh> {
+    crate::shared::lock(CURRENT.get()).clone()
+}
+
+impl Mesh {
+    /// The mesh as a grid of its devices: rows along the first axis and columns along the
+    /// second (a 1-D mesh is one row; more axes list each device with its coordinates).
+    pub fn grid(&self) -> String {
+        let axes = &self.inner.axes;
+        let mut out = format!("{self}\n");
+        let name = |p: usize| self.inner.devices[p].to_string();
+        match axes.len() {
+            1 => {
+                let cells: Vec<String> =
+                    (0..self.size()).map(|p| format!("{}={p}: {}", axes[0].0, name(p))).collect();
+                out.push_str(&format!("  {}\n", cells.join("   ")));
+            }
+            2 => {
+                let (rows, cols) = (axes[0].1, axes[1].1);
+                let head: Vec<String> =
+                    (0..cols).map(|c| format!("{:<10}", format!("{}={c}", axes[1].0))).collect();
+                let label = |r: usize| format!("{}={r}", axes[0].0);
+                let w = (0..rows).map(|r| label(r).len()).max().unwrap_or(0);
+                out.push_str(&format!("  {:w$}  {}\n", "", head.join(" ").trim_end()));
+                for r in 0..rows {
+                    let cells: Vec<String> =
+                        (0..cols).map(|c| format!("{:<10}", name(r * cols + c))).collect();
+                    out.push_str(&format!("  {:w$}  {}\n", label(r), cells.join(" ").trim_end()));
+                }
+            }
+            _ => {
+                for p in 0..self.size() {
+                    let coords: Vec<String> =
+                        self.coords(p).iter().zip(axes).map(|(c, (n, _))| format!("{n}={c}")).collect();
+                    out.push_str(&format!("  {}: {}\n", coords.join(", "), name(p)));
+                }
+            }
+        }
+        out
+    }
 }
 
 impl fmt::Display for Mesh {
@@ -357,6 +412,16 @@ mod tests {
         let joint = s(PartitionSpec::with_axes(&[&["data", "model"]]), &[8]);
         assert_eq!(joint.hlo(1), "{devices=[4]0,1,2,3}");
         assert_eq!(joint.shard_ranges(&[8], 3), vec![6..8]);
+    }
+
+    #[test]
+    fn a_mesh_draws_as_a_grid_of_its_devices() {
+        let m = mesh(&[("data", 2), ("model", 2)]);
+        assert_eq!(
+            m.grid(),
+            "Mesh {data: 2, model: 2} on cpu:0..3\n          model=0    model=1\n  data=0  cpu:0      cpu:1\n  data=1  cpu:2      cpu:3\n"
+        );
+        assert_eq!(mesh(&[("x", 2)]).grid(), "Mesh {x: 2} on cpu:0..1\n  x=0: cpu:0   x=1: cpu:1\n");
     }
 
     #[test]

@@ -60,13 +60,20 @@ impl Control {
     }
 
     /// (default device, one line per device or unavailable kind).
-    pub fn devices(&mut self) -> Result<(String, Vec<String>)> {
+    /// The default device, a line per device kind, and the mesh in use (if any).
+    pub fn devices(&mut self) -> Result<(String, Vec<String>, Option<String>)> {
         let v = self.call(json!({"op": "devices"}))?;
         let lines = v["lines"]
             .as_array()
             .map(|a| a.iter().filter_map(|l| l.as_str().map(String::from)).collect())
             .unwrap_or_default();
-        Ok((v["default"].as_str().unwrap_or("?").to_string(), lines))
+        Ok((v["default"].as_str().unwrap_or("?").to_string(), lines, v["mesh"].as_str().map(String::from)))
+    }
+
+    /// The mesh in use, drawn as a grid of its devices.
+    pub fn mesh(&mut self) -> Result<Option<String>> {
+        let v = self.call(json!({"op": "mesh"}))?;
+        Ok(v["grid"].as_str().map(String::from))
     }
 
     pub fn set_device(&mut self, device: &str) -> Result<String> {

@@ -9,6 +9,8 @@ pub enum MetaCommand {
     Help,
     Devices,
     Device(String),
+    /// The mesh in use, as a grid of its devices.
+    Mesh,
     /// Per-op table of the last cell, or of the whole session.
     Profile {
         session: bool,
@@ -30,6 +32,7 @@ pub const META_NAMES: &[&str] = &[
     ":help",
     ":devices",
     ":device",
+    ":mesh",
     ":profile",
     ":profile session",
     ":timeline",
@@ -49,6 +52,7 @@ pub const META_HELP: &str = "\
 eager commands:
   :devices               list devices (cpu, tpu, cuda) and why a kind is unavailable
   :device cpu|tpu|cuda   set the default device (also cpu:1, tpu:0, …)
+  :mesh                  the mesh in use (the last Mesh made) as a grid of its devices
   :profile               per-op table of the last cell (:profile session for all cells)
   :timeline [FILE]       timeline chart of the last cell to a .png or .svg file (default eager-timeline.png)
   :trace FILE            the session's dispatches as a Perfetto / chrome://tracing JSON file
@@ -69,6 +73,7 @@ impl MetaCommand {
         Some(Ok(match (head, arg) {
             (":help", None) => MetaCommand::Help,
             (":devices", None) => MetaCommand::Devices,
+            (":mesh", None) => MetaCommand::Mesh,
             (":device", Some(d)) => MetaCommand::Device(d.to_string()),
             (":device", None) => {
                 return Some(Err(":device needs a device: cpu, tpu, cuda or e.g. cpu:1".into()))

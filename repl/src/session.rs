@@ -342,8 +342,14 @@ impl Session {
             MetaCommand::Help => vec![Output::text(META_HELP)],
             MetaCommand::Quit => vec![],
             MetaCommand::Devices => {
-                let (default, lines) = self.control()?.devices()?;
-                vec![Output::text(format!("default device: {default}\n{}", lines.join("\n")))]
+                let (default, lines, mesh) = self.control()?.devices()?;
+                let mesh = mesh.map(|m| format!("\nmesh in use: {m}")).unwrap_or_default();
+                vec![Output::text(format!("default device: {default}\n{}{mesh}", lines.join("\n")))]
+            }
+            MetaCommand::Mesh => {
+                let grid = self.control()?.mesh()?;
+                let none = "no mesh yet: make one with Mesh::new(&[(\"data\", 2), (\"model\", 2)])?";
+                vec![Output::text(grid.unwrap_or_else(|| none.to_string()).trim_end().to_string())]
             }
             MetaCommand::Device(d) => {
                 let d = self.control()?.set_device(&d)?;

@@ -113,6 +113,18 @@ fn a_session_in_a_terminal() {
     assert_eq!(removed, on_disk);
     assert_eq!(std::fs::read_dir(&compiled).unwrap().count(), 0, "nothing left in {}", compiled.display());
 
+    // A mesh of the CPU plugin's devices: `:mesh` draws it, `:devices` names it, and a
+    // tensor split over it prints its sharding.
+    cell(&mut p, ":mesh", "no mesh yet");
+    cell(&mut p, "let mesh = Mesh::new(&[(\"data\", 2), (\"model\", 2)])?; mesh.size()", r"\b4\b");
+    cell(&mut p, ":mesh", r"data=1\s+cpu:2\s+cpu:3");
+    cell(&mut p, ":devices", r"mesh in use: Mesh \{data: 2, model: 2\} on cpu:0\.\.3");
+    cell(
+        &mut p,
+        "Tensor::ones(&[4, 2], DType::F32)?.shard(&mesh, &PartitionSpec::new(&[Some(\"data\")]))?.sum(&[0], false)",
+        r"tensor\(\[4\.0000, 4\.0000\], shape=\[2\], dtype=f32, sharding=P\(\) over Mesh",
+    );
+
     // A compile error shows its span; the session goes on.
     cell(&mut p, "let n: i32 = \"one\";", "mismatched types");
     cell(&mut p, ":vars", "a: Tensor");
