@@ -455,6 +455,93 @@ NOTEBOOKS = {
                       "let (_, decode_profile) = viz::profile(|| -> Result<()> { gpt.decode(&token, &mut one)?.block_until_ready()?; Ok(()) });\n"
                       "decode_profile"),
     ],
+    "07-multi-device.ipynb": [
+        new_markdown_cell("# Several devices: a mesh, sharded tensors, data-parallel training\n\n"
+                          "The CPU plugin shows 4 devices (a TPU host shows its 4–8 chips the same way). A `Mesh` "
+                          "arranges them in named axes; a `PartitionSpec` says which dims of a tensor are split over "
+                          "which axes. Every op on split tensors runs as **one** SPMD program over the mesh: XLA's "
+                          "partitioner splits the work and adds the communication."),
+        new_code_cell("use eager::{Mesh, PartitionSpec as P};\n"
+                      "let mesh = Mesh::new(&[(\"data\", 2), (\"model\", 2)])?;\n"
+                      "println!(\"{}\", mesh.grid());\n"
+                      "eager::devices(DeviceKind::Cpu)?.len()"),
+        new_markdown_cell("## A sharded matmul\n\nRows of `x` over `data`, columns of `w` over `model`: each device "
+                          "holds a quarter of the result. Reads gather the blocks; the numbers are the single-device "
+                          "ones."),
+        new_code_cell("eager::manual_seed(0);\n"
+                      "let x = Tensor::randn(&[8, 512], DType::F32)?;\n"
+                      "let w = Tensor::randn(&[512, 256], DType::F32)?;\n"
+                      "let xs = x.shard(&mesh, &P::new(&[Some(\"data\")]))?;\n"
+                      "let ws = w.shard(&mesh, &P::new(&[None, Some(\"model\")]))?;\n"
+                      "let (y, matmul_profile) = viz::profile(|| xs.matmul(&ws)?.relu());\n"
+                      "let y = y?;\n"
+                      "let single = x.matmul(&w)?.relu()?;\n"
+                      "let diff = y.sub(&single.shard(&mesh, y.sharding().unwrap().spec())?)?.abs()?.flatten()?.max(&[0], false)?.item::<f32>()?;\n"
+                      "println!(\"x: {}\\nw: {}\\ny: {}\", xs.sharding().unwrap(), ws.sharding().unwrap(), y.sharding().unwrap());\n"
+                      "format!(\"each device holds {:?} of y's {:?}; largest difference to one device {diff:.1e}\",\n"
+                      "        y.sharding().unwrap().shard_shape(y.shape()), y.shape())"),
+        new_markdown_cell("Each op ran once, as one program over the four devices: the timeline draws it on each."),
+        new_code_cell("matmul_profile.timeline()"),
+        new_markdown_cell("## Data-parallel training\n\nThe spirals of notebook 04, the batch split over a 1-D mesh "
+                          "of four devices and the weights whole on each. The step is the single-device step, "
+                          "unchanged: the weight gradients are sums over the batch, so the partitioner reduces them "
+                          "across the devices. The same model from the same seed on one device gives the same "
+                          "losses."),
+        new_code_cell("use eager::nn::{self, Linear, Module, Relu, Sequential};\n"
+                      "use eager::optim::{Adam, Optimizer};\n"
+                      "let n = 256;\n"
+                      "let (mut points, mut labels) = (Vec::new(), Vec::new());\n"
+                      "for class in 0..2 {\n"
+                      "    for i in 0..n {\n"
+                      "        let r = 0.1 + i as f32 / n as f32;\n"
+                      "        let angle = 3.0 * r * std::f32::consts::PI + class as f32 * std::f32::consts::PI;\n"
+                      "        points.extend([r * angle.cos(), r * angle.sin()]);\n"
+                      "        labels.push(class as i64);\n"
+                      "    }\n"
+                      "}\n"
+                      "let x = Tensor::from_slice(&points, &[2 * n, 2])?;\n"
+                      "let y = Tensor::from_slice(&labels, &[2 * n])?;\n"
+                      "fn mlp() -> Result<Sequential> {\n"
+                      "    Ok(Sequential::new().add(Linear::new(2, 64)?).add(Relu).add(Linear::new(64, 64)?).add(Relu).add(Linear::new(64, 2)?))\n"
+                      "}\n"
+                      "/// `steps` Adam steps; returns the losses.\n"
+                      "fn train(model: &Sequential, x: &Tensor, y: &Tensor, steps: usize) -> Result<Vec<f64>> {\n"
+                      "    let opt = Adam::new(model.parameters(), 0.02)?;\n"
+                      "    let mut losses = Vec::new();\n"
+                      "    for _ in 0..steps {\n"
+                      "        let loss = nn::cross_entropy(&model.forward(x)?, y)?;\n"
+                      "        loss.backward()?;\n"
+                      "        opt.step()?;\n"
+                      "        opt.zero_grad();\n"
+                      "        losses.push(loss.item::<f32>()? as f64);\n"
+                      "    }\n"
+                      "    Ok(losses)\n"
+                      "}\n"
+                      "let steps = 150;\n"
+                      "eager::manual_seed(0);\n"
+                      "let one = mlp()?;\n"
+                      "let single_losses = train(&one, &x, &y, steps)?;\n"
+                      "// The same model on a mesh of 4: weights whole on every device, the batch split.\n"
+                      "let dp = Mesh::new(&[(\"data\", 4)])?;\n"
+                      "eager::manual_seed(0);\n"
+                      "let model = mlp()?;\n"
+                      "for p in model.parameters() { p.set(p.get().replicate(&dp)?)?; }\n"
+                      "let batch = P::new(&[Some(\"data\")]);\n"
+                      "let (xs, ys) = (x.shard(&dp, &batch)?, y.shard(&dp, &batch)?);\n"
+                      "let (dp_losses, dp_profile) = viz::profile(|| train(&model, &xs, &ys, steps));\n"
+                      "let dp_losses = dp_losses?;\n"
+                      "let hit = model.forward(&xs)?.argmax(Some(1), false)?.eq(&ys)?.to_dtype(DType::F32)?.mean_all()?.item::<f32>()?;\n"
+                      "let diff = single_losses.iter().zip(&dp_losses).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);\n"
+                      "format!(\"data-parallel on 4 devices: loss {:.3} -> {:.3}, accuracy {:.1}%; largest loss difference to one device {diff:.1e}\",\n"
+                      "        dp_losses[0], dp_losses[steps - 1], 100.0 * hit)"),
+        new_code_cell("viz::line_chart(\"Spirals: training loss\", \"step\", \"cross-entropy\", &[(\"one device\", &single_losses), (\"data-parallel, 4 devices\", &dp_losses)]).log_y()"),
+        new_markdown_cell("One step, device by device: every op is one program over the mesh, so the four lanes move "
+                          "together. On this machine the four CPU devices share two cores, so a step over four "
+                          "devices is not faster than on one (`eager-bench` prints the figures); on a TPU host each "
+                          "device is its own chip."),
+        new_code_cell("let (r, step_profile) = viz::profile(|| train(&model, &xs, &ys, 1));\nr?;\nstep_profile.timeline()"),
+        new_code_cell("step_profile"),
+    ],
 }
 
 

@@ -576,6 +576,16 @@ pub(crate) fn execute_partitioned(
             }
         }
     }
+    // The CPU plugin runs each partition as a task on one small thread pool. Two launches in
+    // flight can deadlock there: partitions of the first wait in a collective for one queued
+    // behind the second's, which wait too (XLA aborts after 40 s). So on the CPU an SPMD
+    // launch finishes before the next op is dispatched (its failure, if any, is reported
+    // by reads as always).
+    if rt.kind == DeviceKind::Cpu {
+        for o in &outputs {
+            let _ = o.wait_ready();
+        }
+    }
     Ok(LaunchedPartitioned { outputs, info, completion })
 }
 

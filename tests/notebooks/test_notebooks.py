@@ -106,6 +106,21 @@ def check_gpt(nb):
     assert any("dot_general" in h or "matmul" in h for h in tables), tables
 
 
+def check_multi_device(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    streams = "\n".join(outputs(nb, "stream"))
+    assert "data=1  cpu:2      cpu:3" in streams, streams
+    matmul = re.search(r"each device holds \[4, 128\] of y's \[8, 256\]; largest difference to one device ([\d.e+-]+)", text)
+    assert matmul and float(matmul[1]) < 1e-4, text
+    assert 'y: P("data", "model") over Mesh {data: 2, model: 2} on cpu:0..3' in streams, streams
+    dp = re.search(r"data-parallel on 4 devices: loss ([\d.]+) -> ([\d.]+), accuracy ([\d.]+)%; "
+                   r"largest loss difference to one device ([\d.e+-]+)", text)
+    assert dp and float(dp[2]) < 0.5 * float(dp[1]) and float(dp[3]) > 90 and float(dp[4]) < 1e-3, text
+    # The timelines draw a lane per device of the mesh.
+    svgs = list(outputs(nb, "image/svg+xml"))
+    assert any(all(f"cpu:{d}" in svg for d in range(4)) for svg in svgs)
+
+
 EXPECTED = {
     "01-quickstart.ipynb": check_quickstart,
     "02-profiling.ipynb": check_profiling,
@@ -113,6 +128,7 @@ EXPECTED = {
     "04-training.ipynb": check_training,
     "05-cnn-digits.ipynb": check_cnn,
     "06-char-gpt.ipynb": check_gpt,
+    "07-multi-device.ipynb": check_multi_device,
 }
 
 

@@ -784,6 +784,10 @@ impl Executable {
         let out_lists: Vec<*mut *mut ffi::PJRT_Buffer> = raw_out.iter_mut().map(|l| l.as_mut_ptr()).collect();
         let mut done: Vec<*mut ffi::PJRT_Event> = vec![ptr::null_mut(); n];
         let mut opts = ffi::PJRT_ExecuteOptions::new();
+        // A launch id of its own: collectives of programs in flight at once meet by it (with
+        // all launches at 0, partitions of two launches joined one rendezvous and hung).
+        static LAUNCHES: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+        opts.launch_id = LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed).max(1);
         let mut ex = ffi::PJRT_LoadedExecutable_Execute_Args::new();
         ex.executable = self.raw;
         ex.options = &mut opts;
