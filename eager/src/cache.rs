@@ -35,8 +35,8 @@ pub struct Partitioned {
     pub mesh: Mesh,
     /// The Shardy annotation of each input.
     pub inputs: SmallVec<[String; 3]>,
-    /// The Shardy annotation of the result.
-    pub output: String,
+    /// The Shardy annotation of each result.
+    pub outputs: SmallVec<[String; 1]>,
 }
 
 impl OpKey {

@@ -251,13 +251,6 @@ where
     /// Runs the compiled function on `args` (tracing and compiling it first for a new
     /// signature). Returns what the function returned; Vars it set are updated.
     pub fn call(&self, args: &[&Tensor]) -> Result<Vec<Tensor>> {
-        if let Some(t) = args.iter().find(|t| t.sharding().is_some()) {
-            let msg = format!(
-                "{} is split over a mesh: compiled functions of sharded tensors are not supported yet; gather it with .to(device)",
-                t.spec()
-            );
-            return Err(Error::invalid(self.name, msg));
-        }
         let device = args.first().map(|t| t.device()).unwrap_or_else(runtime::default_device);
         let key = (args.iter().map(|t| t.spec().clone()).collect(), device);
         let cached = lock(&self.traces).get(&key).cloned();
@@ -360,13 +353,31 @@ fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
             Source::Rng => crate::tensor::dispatch::rng_state_tensor(device),
         })
         .collect::<Result<_>>()?;
-    let refs: Vec<&Tensor> = inputs.iter().collect();
-    let mut outs = crate::tensor::dispatch::dispatch_all(
-        Op::Call(Call { program: t.program.clone() }),
-        &refs,
-        Some(device),
-    )?
-    .into_vec();
+    let call = Op::Call(Call { program: t.program.clone() });
+    let mesh = inputs.iter().find_map(|t| t.sharding()).map(|s| s.mesh().clone());
+    let mut outs = match mesh {
+        None => {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            crate::tensor::dispatch::dispatch_all(call, &refs, Some(device))?.into_vec()
+        }
+        // One SPMD program over the mesh: what it reads from one device (its random state,
+        // captured constants) is replicated; each Var it writes keeps its split, and what
+        // it returns is whole on every device.
+        Some(mesh) => {
+            let joined: Vec<Tensor> = inputs
+                .into_iter()
+                .map(|x| if x.sharding().is_none() { x.replicate(&mesh) } else { Ok(x) })
+                .collect::<Result<_>>()?;
+            let refs: Vec<&Tensor> = joined.iter().collect();
+            let keep = |i: usize, _: &crate::shape::Spec| {
+                let var = t.writes.get(i.checked_sub(t.returned)?)?;
+                let current = var.current();
+                let s = current.sharding().filter(|s| s.mesh() == &mesh)?;
+                Some(s.spec().clone())
+            };
+            crate::tensor::sharded::dispatch_partitioned_all(call, &refs, keep)?
+        }
+    };
     let written = outs.split_off(t.returned);
     for (var, value) in t.writes.iter().zip(written) {
         var.set(value)?;

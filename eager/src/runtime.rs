@@ -361,7 +361,9 @@ pub(crate) fn executable(
         // One SPMD program over the mesh, each partition on its device.
         let params: Vec<(&Spec, &str)> =
             key.inputs.iter().zip(&p.inputs).map(|(s, h)| (s, h.as_str())).collect();
-        let results = [(&info.output, p.output.as_str())];
+        let specs: Vec<&Spec> = std::iter::once(&info.output).chain(key.op.more_outputs()).collect();
+        let results: Vec<(&Spec, &str)> =
+            specs.into_iter().zip(&p.outputs).map(|(s, h)| (s, h.as_str())).collect();
         mlir = crate::ops::emit::partitioned(&mlir, &p.mesh.sdy(), p.mesh.size(), &params, &results);
         let ids: Vec<i32> =
             p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
@@ -487,10 +489,10 @@ pub(crate) fn execute(
     Ok(Launched { outputs: out.into_iter().zip(specs).collect(), info, completion })
 }
 
-/// What [`execute_partitioned`] enqueued: each partition's result buffer, the op's info and
-/// the completion they share (ready when every partition finished).
+/// What [`execute_partitioned`] enqueued: per result, its buffer on each partition (with its
+/// spec), the op's info and the completion they share (ready when every partition finished).
 pub(crate) struct LaunchedPartitioned {
-    pub(crate) outputs: Vec<pjrt::Buffer>,
+    pub(crate) outputs: Vec<(Vec<pjrt::Buffer>, Spec)>,
     pub(crate) info: Arc<OpInfo>,
     pub(crate) completion: Arc<Completion>,
 }
@@ -503,11 +505,12 @@ pub(crate) fn execute_partitioned(
     args: &[Vec<Arg>],
     start: Instant,
 ) -> Result<LaunchedPartitioned> {
-    if key.op.index_check(&key.inputs).is_some() || !key.op.more_outputs().is_empty() {
+    if key.op.index_check(&key.inputs).is_some() {
         let msg = "runs on one device only for now: gather its inputs with .to(device) first";
         return Err(Error::invalid(key.op.name(), msg));
     }
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
+    let more_outputs: Vec<Spec> = key.op.more_outputs().to_vec();
     let (exe, info, outcome, compile_ns) = executable(rt, key, start)?;
     let exec_start = Instant::now();
     let buffers: Vec<Vec<&pjrt::Buffer>> =
@@ -522,11 +525,19 @@ pub(crate) fn execute_partitioned(
     let p = profiler();
     let bytes = (in_bytes + info.output.size_in_bytes()) as u64;
     let seq = p.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes);
-    let outputs: Vec<pjrt::Buffer> =
-        out.into_iter().filter_map(|mut o| (!o.is_empty()).then(|| o.swap_remove(0))).collect();
-    if outputs.len() != args.len() {
-        return Err(Error::invalid(info.name, "its SPMD program did not return one result per device"));
+    let specs: Vec<Spec> = std::iter::once(info.output.clone()).chain(more_outputs).collect();
+    if out.len() != args.len() || out.iter().any(|o| o.len() != specs.len()) {
+        return Err(Error::invalid(info.name, "its SPMD program did not return its results on every device"));
     }
+    // Per result, its buffer on each partition.
+    let mut per_result: Vec<Vec<pjrt::Buffer>> =
+        specs.iter().map(|_| Vec::with_capacity(args.len())).collect();
+    for partition in out {
+        for (r, b) in partition.into_iter().enumerate() {
+            per_result[r].push(b);
+        }
+    }
+    let outputs: Vec<(Vec<pjrt::Buffer>, Spec)> = per_result.into_iter().zip(specs).collect();
     let enqueued_at = p.ns_since(exec_start);
     let left = Arc::new(std::sync::atomic::AtomicUsize::new(events.len()));
     p.op_started();
@@ -567,8 +578,8 @@ pub(crate) fn execute_partitioned(
             }
         });
         if registered.is_err() {
-            for o in &outputs {
-                o.wait_ready().map_err(|e| completion.read_error(&info.signature(), e))?;
+            for b in outputs.iter().flat_map(|(bs, _)| bs) {
+                b.wait_ready().map_err(|e| completion.read_error(&info.signature(), e))?;
             }
             if left.fetch_sub(1, Ordering::AcqRel) == 1 {
                 completion.ready_ns.store(p.now_ns().max(1), Ordering::Release);
@@ -582,8 +593,8 @@ pub(crate) fn execute_partitioned(
     // launch finishes before the next op is dispatched (its failure, if any, is reported
     // by reads as always).
     if rt.kind == DeviceKind::Cpu {
-        for o in &outputs {
-            let _ = o.wait_ready();
+        for b in outputs.iter().flat_map(|(bs, _)| bs) {
+            let _ = b.wait_ready();
         }
     }
     Ok(LaunchedPartitioned { outputs, info, completion })

@@ -166,6 +166,14 @@ fn parameters(m: &nn::Sequential) -> Vec<Vec<f32>> {
 /// 20 SGD steps of a seeded MLP on a fixed batch; `place` puts the batch, targets and each
 /// parameter where the run wants them. Returns the losses and the model.
 fn train(place: &dyn Fn(&str, &Tensor) -> Result<Tensor>) -> Result<(Vec<f32>, nn::Sequential)> {
+    train_as(place, false)
+}
+
+/// [`train`], each step run eagerly or as one compiled (SPMD) program.
+fn train_as(
+    place: &dyn Fn(&str, &Tensor) -> Result<Tensor>,
+    compiled: bool,
+) -> Result<(Vec<f32>, nn::Sequential)> {
     use eager::nn::{Linear, Module, Relu, Sequential};
     use eager::optim::Sgd;
     manual_seed(9);
@@ -176,13 +184,21 @@ fn train(place: &dyn Fn(&str, &Tensor) -> Result<Tensor>) -> Result<(Vec<f32>, n
     let x = place("x", &Tensor::randn(&[8, 6], DType::F32)?)?;
     let y = place("y", &Tensor::from_slice(&[0i64, 1, 2, 3, 3, 2, 1, 0], &[8])?)?;
     let sgd = Sgd::with_momentum(model.parameters(), 0.1, 0.9)?;
-    let mut losses = Vec::new();
-    for _ in 0..20 {
-        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+    let step = |a: &[Tensor]| -> Result<Vec<Tensor>> {
+        let loss = nn::cross_entropy(&model.forward(&a[0])?, &a[1])?;
         loss.backward()?;
         sgd.step()?;
         sgd.zero_grad();
-        losses.push(loss.item::<f32>()?);
+        Ok(vec![loss])
+    };
+    let program = eager::compile("sharded_step", step);
+    let mut losses = Vec::new();
+    for _ in 0..20 {
+        let loss = if compiled { program.call(&[&x, &y])? } else { step(&[x.clone(), y.clone()])? };
+        losses.push(loss[0].item::<f32>()?);
+    }
+    if compiled {
+        assert_eq!(program.traces(), 1);
     }
     Ok((losses, model))
 }
@@ -229,5 +245,34 @@ fn data_parallel_fsdp_and_tensor_parallel_steps_equal_the_single_device_step() -
             "{run}: a parameter left the mesh"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn a_compiled_sharded_step_equals_its_eager_form() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let data = P::new(&[Some("data")]);
+    // Data-parallel batch; the first layer's weight split (FSDP-style), the rest whole.
+    let place = |name: &str, t: &Tensor| match name {
+        "x" | "y" | "0.weight" => t.shard(&m, &data),
+        _ => t.replicate(&m),
+    };
+    let (eager_losses, eager_model) = train_as(&place, false)?;
+    let mark = profiler::next_seq();
+    let (compiled_losses, compiled_model) = train_as(&place, true)?;
+    let calls = profiler::events_since(mark).into_iter().filter(|e| e.name() == "sharded_step").count();
+    assert_eq!(calls, 20, "one SPMD program per step");
+    for (step, (g, w)) in compiled_losses.iter().zip(&eager_losses).enumerate() {
+        assert!((g - w).abs() <= 1e-5, "loss at step {step}: compiled {g}, eager {w}");
+    }
+    for (got, want) in parameters(&compiled_model).iter().zip(parameters(&eager_model)) {
+        let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
+        assert!(worst <= 1e-5, "a parameter is off by {worst}");
+    }
+    // The written parameters keep their split.
+    use eager::nn::Module;
+    let first = compiled_model.parameters()[0].get();
+    assert_eq!(first.sharding().map(|s| s.spec().clone()), Some(data));
     Ok(())
 }

@@ -11,7 +11,7 @@ mod display;
 mod methods;
 mod operators;
 mod read;
-mod sharded;
+pub(crate) mod sharded;
 
 pub use dispatch::{dispatch, executable_for, lookup_only};
 

@@ -177,6 +177,18 @@ pub(crate) fn gather(t: &Tensor, shards: &Shards) -> Result<Vec<u8>> {
 /// mesh, is an error. The result is split as the op's [`Op::dim_sources`] allow (whole on
 /// every device where nothing says otherwise).
 pub(crate) fn dispatch_partitioned(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    let mut outs = dispatch_partitioned_all(op, inputs, |_, _| None)?;
+    Ok(outs.swap_remove(0))
+}
+
+/// [`dispatch_partitioned`] for ops with any number of results (a compiled function's call):
+/// `split(i, spec)` may name result `i`'s partition spec (else the op's rule gives the first
+/// result's, and the others are whole on every device).
+pub(crate) fn dispatch_partitioned_all(
+    op: Op,
+    inputs: &[&Tensor],
+    split: impl Fn(usize, &Spec) -> Option<PartitionSpec>,
+) -> Result<Vec<Tensor>> {
     let start = Instant::now();
     runtime::check_interrupt(&op)?;
     let mesh = inputs.iter().find_map(|t| t.sharding()).expect("one input is sharded").mesh().clone();
@@ -202,11 +214,26 @@ pub(crate) fn dispatch_partitioned(op: Op, inputs: &[&Tensor]) -> Result<Tensor>
     let specs: SmallVec<[Spec; 3]> = joined.iter().map(|t| t.spec().clone()).collect();
     let output = op.infer(&specs)?;
     let shardings: Vec<&Sharding> = joined.iter().map(|t| t.sharding().expect("joined")).collect();
-    let out_sharding = Sharding::new(&mesh, &result_spec(&op, &specs, &shardings, &output), &output.shape)?;
+    let results: Vec<Spec> =
+        std::iter::once(output.clone()).chain(op.more_outputs().iter().cloned()).collect();
+    let out_shardings: Vec<Sharding> = results
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let spec = split(i, r).unwrap_or_else(|| {
+                if i == 0 {
+                    result_spec(&op, &specs, &shardings, &output)
+                } else {
+                    PartitionSpec::replicated()
+                }
+            });
+            Sharding::new(&mesh, &spec, &r.shape)
+        })
+        .collect::<Result<_>>()?;
     let partitioned = Partitioned {
         mesh: mesh.clone(),
         inputs: specs.iter().zip(&shardings).map(|(s, sh)| sh.sdy(s.rank())).collect(),
-        output: out_sharding.sdy(output.rank()),
+        outputs: results.iter().zip(&out_shardings).map(|(r, sh)| sh.sdy(r.rank())).collect(),
     };
     let key =
         OpKey { op, inputs: specs, device: mesh.devices()[0], partitioned: Some(Arc::new(partitioned)) };
@@ -222,14 +249,15 @@ pub(crate) fn dispatch_partitioned(op: Op, inputs: &[&Tensor]) -> Result<Tensor>
         })
         .collect();
     let launched = runtime::execute_partitioned(&rt, key, &args, start)?;
-    Ok(Tensor::from_shards(
-        launched.outputs,
-        output,
-        out_sharding,
-        rt,
-        Some(launched.info),
-        launched.completion,
-    ))
+    let (info, completion) = (launched.info, launched.completion);
+    Ok(launched
+        .outputs
+        .into_iter()
+        .zip(out_shardings)
+        .map(|((buffers, spec), sharding)| {
+            Tensor::from_shards(buffers, spec, sharding, rt.clone(), Some(info.clone()), completion.clone())
+        })
+        .collect())
 }
 
 /// The result's split: each output dim takes the mesh axes of the first of its source dims
