@@ -146,8 +146,9 @@ struct Report {
     train_cnn_digits_compiled_steps_per_s: f64,
     train_gpt_char_eager_steps_per_s: f64,
     train_gpt_char_compiled_steps_per_s: f64,
-    /// (devices, eager steps/s) of the MLP 784-256-10, global batch 64, data-parallel.
-    data_parallel_mlp_steps_per_s: Vec<(usize, f64)>,
+    /// (devices, eager steps/s, compiled steps/s) of the MLP 784-256-10, global batch 64,
+    /// data-parallel.
+    data_parallel_mlp_steps_per_s: Vec<(usize, f64, f64)>,
     /// Getting the executable of a one-op SPMD program over 4 devices.
     sharded_add_compile_ms: f64,
     sharded_add_compile_outcome: String,
@@ -270,10 +271,10 @@ fn train_mlp() -> Result<(f64, f64)> {
     })
 }
 
-/// Eager SGD steps per second of the MLP 784-256-10 on a global batch of 64, data-parallel
-/// over the first `devices` devices (batch split over a mesh axis `data`, weights whole on
-/// each device; one device: no mesh at all).
-fn train_mlp_data_parallel(devices: usize) -> Result<f64> {
+/// SGD steps per second of the MLP 784-256-10 on a global batch of 64, data-parallel over
+/// the first `devices` devices (batch split over a mesh axis `data`, weights whole on each
+/// device; one device: no mesh at all), eager then compiled into one (SPMD) program.
+fn train_mlp_data_parallel(devices: usize) -> Result<(f64, f64)> {
     use eager::nn::{self, Linear, Module, Relu, Sequential};
     use eager::optim::{Optimizer, Sgd};
     use eager::{Mesh, PartitionSpec};
@@ -290,18 +291,13 @@ fn train_mlp_data_parallel(devices: usize) -> Result<f64> {
         (x, y) = (x.shard(&mesh, &data)?, y.shard(&mesh, &data)?);
     }
     let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
-    let step = || -> Result<Tensor> {
-        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+    steps_per_s(&format!("dp_step_{devices}"), &x, &y, |x, y| {
+        let loss = nn::cross_entropy(&model.forward(x)?, y)?;
         loss.backward()?;
         sgd.step()?;
         sgd.zero_grad();
         Ok(loss)
-    };
-    step()?.block_until_ready()?;
-    Ok(1e6
-        / time_calls(50, || {
-            step().unwrap().block_until_ready().unwrap();
-        }))
+    })
 }
 
 /// Milliseconds to get the executable of an add over 4 devices (rows split) at a shape
@@ -493,7 +489,8 @@ fn main() -> anyhow::Result<()> {
     (r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s) = train_gpt()?;
     let available = runtime::devices(DeviceKind::Cpu)?.len();
     for n in [1, 2, 4].into_iter().filter(|&n| n <= available) {
-        r.data_parallel_mlp_steps_per_s.push((n, train_mlp_data_parallel(n)?));
+        let (eager, compiled) = train_mlp_data_parallel(n)?;
+        r.data_parallel_mlp_steps_per_s.push((n, eager, compiled));
     }
     (r.sharded_add_compile_ms, r.sharded_add_compile_outcome) = sharded_add_compile_ms()?;
 
@@ -582,9 +579,10 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
         "  char GPT (2 blocks, 64 wide) step, 16x32, AdamW:{:8.0} steps/s eager, {:9.0} steps/s compiled",
         r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s
     );
-    let dp: Vec<String> =
-        r.data_parallel_mlp_steps_per_s.iter().map(|(n, s)| format!("{s:.0} on {n} device(s)")).collect();
-    println!("  MLP 784-256-10 data-parallel, global batch 64:  {} (eager steps/s)", dp.join(", "));
+    println!("  MLP 784-256-10 data-parallel, global batch 64 (steps/s):");
+    for (n, eager, compiled) in &r.data_parallel_mlp_steps_per_s {
+        println!("    on {n} device(s): {eager:9.0} eager, {compiled:9.0} compiled");
+    }
     println!(
         "  one-op SPMD program over 4 devices (add, rows split): {:.1} ms ({})",
         r.sharded_add_compile_ms, r.sharded_add_compile_outcome
