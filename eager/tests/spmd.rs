@@ -41,6 +41,14 @@ fn blocks_go_out_and_come_back_whole() -> Result<()> {
     let rows = x.shard(&m, &P::new(&[Some("data")]))?;
     let text = rows.to_string();
     assert!(text.contains("sharding=P(\"data\") over Mesh {data: 2, model: 2} on cpu:0..3"), "{text}");
+    // Another split on the same mesh moves blocks between devices, not through the host.
+    let mark = profiler::next_seq();
+    let cols = rows.shard(&m, &P::new(&[None, Some("model")]))?;
+    cols.block_until_ready()?;
+    let moved = profiler::events_since(mark).iter().filter(|e| e.kind != profiler::EventKind::Op).count();
+    assert_eq!(moved, 0, "the new split went through the host");
+    assert_eq!(cols.sharding().unwrap().spec(), &P::new(&[None, Some("model")]));
+    assert_eq!(values(&cols), values(&x));
     // A 0-d tensor and a bool one.
     assert_eq!(Tensor::scalar(3.5f32)?.replicate(&m)?.item::<f32>()?, 3.5);
     let mask = Tensor::from_slice(&[true, false, true, true], &[4])?.shard(&m, &P::new(&[Some("data")]))?;
@@ -108,8 +116,9 @@ fn results_keep_the_split_their_rule_gives() -> Result<()> {
     assert_eq!(event.info.signature(), "exp(f32[4, 6]) over mesh {data: 2, model: 2}");
     assert_eq!(event.info.mesh.as_ref().map(|m| m.devices.len()), Some(4));
     // The cache keys on the split: the same op on another split is another program.
+    let other = x.shard(&m, &P::new(&[None, Some("data")]))?;
     let before = cache::stats().misses + cache::stats().disk_hits;
-    let _ = x.shard(&m, &P::new(&[None, Some("data")]))?.add_scalar(123.0)?;
+    let _ = other.add_scalar(123.0)?;
     let _ = x.add_scalar(123.0)?;
     let _ = x.add_scalar(123.0)?;
     assert_eq!(cache::stats().misses + cache::stats().disk_hits, before + 2);

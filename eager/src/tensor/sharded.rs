@@ -61,6 +61,13 @@ impl Tensor {
         if self.sharding() == Some(&sharding) {
             return Ok(self.clone());
         }
+        if self.sharding().is_some_and(|s| s.mesh() == mesh) {
+            // Another split on the same mesh: an SPMD identity whose result is split anew
+            // (the partitioner moves the blocks between devices; nothing goes to the host).
+            let same = crate::ops::Reshape { shape: self.shape().into() };
+            let mut out = dispatch_partitioned_all(Op::Reshape(same), &[self], |_, _| Some(spec.clone()))?;
+            return Ok(out.swap_remove(0).with_host_bounds(self.host_bounds()));
+        }
         let whole = super::dispatch::download(self)?;
         let elem = self.dtype().size_in_bytes();
         let block = Spec::new(&sharding.shard_shape(self.shape()), self.dtype());
