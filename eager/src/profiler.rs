@@ -33,6 +33,10 @@ pub struct OpInfo {
 pub struct MeshInfo {
     pub axes: Vec<(String, usize)>,
     pub devices: Vec<Device>,
+    /// The collectives XLA's partitioner put in the program (`all-reduce`, `all-gather`, …),
+    /// in order.
+    #[serde(default)]
+    pub collectives: Vec<String>,
 }
 
 impl std::fmt::Display for MeshInfo {

@@ -352,6 +352,7 @@ pub(crate) fn executable(
         mesh: key.partitioned.as_ref().map(|p| crate::profiler::MeshInfo {
             axes: p.mesh.axes().to_vec(),
             devices: p.mesh.devices().to_vec(),
+            collectives: Vec::new(),
         }),
     });
     let mut mlir = key.op.emit_module(&key.inputs, &info.output);
@@ -382,10 +383,52 @@ pub(crate) fn executable(
             (exe, CacheOutcome::Miss)
         }
     };
+    // What the partitioner put in an SPMD program to move data between devices.
+    let info = match &info.mesh {
+        Some(mesh) => {
+            let program = exe.optimized_program().unwrap_or_default();
+            let mesh = crate::profiler::MeshInfo { collectives: collectives_in(&program), ..mesh.clone() };
+            Arc::new(OpInfo { mesh: Some(mesh), ..(*info).clone() })
+        }
+        None => info,
+    };
     let exe = Arc::new(exe);
     let ns = start.elapsed().as_nanos() as u64;
     cache().insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
     Ok((exe, info, outcome, ns))
+}
+
+/// The collectives of an optimized program (a serialized `HloModuleProto`), in order: each
+/// instruction's opcode is field 2 of its `HloInstructionProto`, a string (tag `0x12`, its
+/// length, the bytes), so the opcodes of collectives are found by those bytes.
+fn collectives_in(program: &[u8]) -> Vec<String> {
+    const COLLECTIVES: &[&str] = &[
+        "all-reduce",
+        "all-reduce-start",
+        "all-gather",
+        "all-gather-start",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+        "collective-broadcast",
+    ];
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i + 2 < program.len() {
+        if program[i] == 0x12 {
+            let len = program[i + 1] as usize;
+            if let Some(name) = program.get(i + 2..i + 2 + len) {
+                if let Some(c) = COLLECTIVES.iter().find(|c| c.as_bytes() == name) {
+                    found.push(c.to_string());
+                    i += 2 + len;
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+    found
 }
 
 /// A dispatched op's input, as the runtime sees it: its buffer and how it came to be ready.

@@ -109,6 +109,19 @@ fn results_keep_the_split_their_rule_gives() -> Result<()> {
     assert_eq!(spec(&x.sum(&[0], false)?), "P()", "a reduction over the split dim is whole");
     assert_eq!(spec(&x.sum(&[1], false)?), "P(\"data\")");
     assert_eq!(spec(&x.t()?), "P(None, \"data\")");
+    // A matmul contracting a split dim needs its partial sums added across devices: the
+    // profiler lists the collective the partitioner put in.
+    let mark = profiler::next_seq();
+    let wt = Tensor::ones(&[6, 8], DType::F32)?.shard(&m, &P::new(&[Some("model")]))?;
+    let split_k = Tensor::ones(&[4, 6], DType::F32)?.shard(&m, &P::new(&[None, Some("model")]))?;
+    let _ = split_k.matmul(&wt)?;
+    let event = profiler::events_since(mark).into_iter().find(|e| e.name() == "matmul").expect("a matmul");
+    let collectives = event.info.mesh.as_ref().map(|m| m.collectives.clone()).unwrap_or_default();
+    assert!(collectives.iter().any(|c| c.starts_with("all-reduce")), "{collectives:?}");
+    let mark2 = profiler::next_seq();
+    let _ = x.exp()?;
+    let event = profiler::events_since(mark2).into_iter().find(|e| e.name() == "exp").expect("an exp");
+    assert_eq!(event.info.mesh.as_ref().map(|m| m.collectives.len()), Some(0), "elementwise moves nothing");
     // The profiler knows where it ran.
     let mark = profiler::next_seq();
     x.exp()?.block_until_ready()?;

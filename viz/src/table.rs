@@ -79,6 +79,40 @@ pub struct Table {
     pub lost: u64,
     /// One-line recompile hints (see [`crate::Hint`]).
     pub hints: Vec<String>,
+    /// What ran over meshes: SPMD dispatches, their distinct programs, and the collectives
+    /// those dispatches ran (`all-reduce` ×12), most first.
+    pub spmd: Option<SpmdSummary>,
+}
+
+/// The SPMD part of a profile (see [`Table::spmd`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpmdSummary {
+    pub dispatches: u64,
+    pub programs: usize,
+    pub collectives: Vec<(String, u64)>,
+}
+
+impl SpmdSummary {
+    fn of(profile: &Profile) -> Option<SpmdSummary> {
+        let mut s = SpmdSummary::default();
+        let mut programs: Vec<&eager::profiler::OpInfo> = Vec::new();
+        for e in profile.ops() {
+            let Some(mesh) = &e.info.mesh else { continue };
+            s.dispatches += 1;
+            if !programs.contains(&&*e.info) {
+                programs.push(&e.info);
+            }
+            for c in &mesh.collectives {
+                match s.collectives.iter_mut().find(|(n, _)| n == c) {
+                    Some((_, k)) => *k += 1,
+                    None => s.collectives.push((c.clone(), 1)),
+                }
+            }
+        }
+        s.programs = programs.len();
+        s.collectives.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        (s.dispatches > 0).then_some(s)
+    }
 }
 
 /// The label of an event's row: transfers by direction, ops by name and attributes.
@@ -141,6 +175,7 @@ impl Table {
             wall_ns: profile.wall_ns(),
             lost: profile.lost(),
             hints: profile.hints().iter().map(|h| h.to_string()).collect(),
+            spmd: SpmdSummary::of(profile),
         }
     }
 
@@ -204,6 +239,17 @@ impl Table {
             duration(self.wall_ns),
             self.share(&self.totals)
         )];
+        if let Some(s) = &self.spmd {
+            let collectives: Vec<String> = s.collectives.iter().map(|(n, k)| format!("{n} ×{k}")).collect();
+            let moved =
+                if collectives.is_empty() { "no collectives".to_string() } else { collectives.join(", ") };
+            lines.push(format!(
+                "spmd: {} dispatches ran as {} SPMD program{} over meshes; collectives the partitioner added: {moved}",
+                s.dispatches,
+                s.programs,
+                if s.programs == 1 { "" } else { "s" }
+            ));
+        }
         if self.lost > 0 {
             lines.push(format!(
                 "note: {} events left eager's bounded log before they were read (eager::profiler::set_capacity)",

@@ -207,6 +207,10 @@ fn an_spmd_program_is_drawn_on_every_device_of_its_mesh() -> Result<()> {
         assert!(trace.contains(&format!("\"name\":\"cpu:{d}\"")), "no lane for cpu:{d}: {trace}");
     }
     assert!(p.timeline().svg().expect("an svg").contains("cpu:3"));
+    // The table says what ran over the mesh; the sum over the split rows needs no
+    // collective, the sum of everything would.
+    let text = p.table_text();
+    assert!(text.contains("spmd: 2 dispatches ran as 2 SPMD programs over meshes"), "{text}");
     Ok(())
 }
 

@@ -197,6 +197,7 @@ args!(PJRT_Executable_Destroy_Args { executable: *mut PJRT_Executable });
 args!(PJRT_LoadedExecutable_Destroy_Args { executable: *mut PJRT_LoadedExecutable });
 args!(PJRT_LoadedExecutable_GetExecutable_Args { loaded_executable: *mut PJRT_LoadedExecutable, executable: *mut PJRT_Executable });
 args!(PJRT_Executable_NumOutputs_Args { executable: *mut PJRT_Executable, num_outputs: usize });
+args!(PJRT_Executable_OptimizedProgram_Args { executable: *mut PJRT_Executable, program: *mut PJRT_Program });
 args!(PJRT_Executable_SizeOfGeneratedCodeInBytes_Args { executable: *mut PJRT_Executable, size_in_bytes: i64 });
 args!(PJRT_Executable_Serialize_Args {
     executable: *const PJRT_Executable,
@@ -312,7 +313,7 @@ c_struct!(
         PJRT_Executable_SizeOfGeneratedCodeInBytes: Fn<PJRT_Executable_SizeOfGeneratedCodeInBytes_Args>,
         PJRT_Executable_GetCostAnalysis: Unused,
         PJRT_Executable_OutputMemoryKinds: Unused,
-        PJRT_Executable_OptimizedProgram: Unused,
+        PJRT_Executable_OptimizedProgram: Fn<PJRT_Executable_OptimizedProgram_Args>,
         PJRT_Executable_Serialize: Fn<PJRT_Executable_Serialize_Args>,
         PJRT_LoadedExecutable_Destroy: Fn<PJRT_LoadedExecutable_Destroy_Args>,
         PJRT_LoadedExecutable_GetExecutable: Fn<PJRT_LoadedExecutable_GetExecutable_Args>,
@@ -408,6 +409,7 @@ pub(crate) mod layout {
             PJRT_LoadedExecutable_Destroy_Args,
             PJRT_LoadedExecutable_GetExecutable_Args,
             PJRT_Executable_NumOutputs_Args,
+            PJRT_Executable_OptimizedProgram_Args,
             PJRT_Executable_SizeOfGeneratedCodeInBytes_Args,
             PJRT_Executable_Serialize_Args,
             PJRT_Executable_DeserializeAndLoad_Args,

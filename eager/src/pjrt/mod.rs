@@ -689,6 +689,33 @@ impl Executable {
         })
     }
 
+    /// The program as XLA optimized it (for SPMD, after partitioning): a serialized
+    /// `HloModuleProto` (format `hlo`).
+    pub fn optimized_program(&self) -> Result<Vec<u8>> {
+        self.with_executable(|api, e| {
+            let format = b"hlo";
+            let mut program = ffi::PJRT_Program {
+                struct_size: std::mem::size_of::<ffi::PJRT_Program>(),
+                extension_start: ptr::null_mut(),
+                code: ptr::null_mut(),
+                code_size: 0,
+                format: format.as_ptr() as *const c_char,
+                format_size: format.len(),
+            };
+            let mut args = ffi::PJRT_Executable_OptimizedProgram_Args::new();
+            args.executable = e;
+            args.program = &mut program;
+            // First the size, then the bytes into a buffer of ours.
+            call!(api, PJRT_Executable_OptimizedProgram, &mut args)?;
+            let mut code = vec![0u8; program.code_size];
+            program.code = code.as_mut_ptr() as *mut c_char;
+            args.program = &mut program;
+            call!(api, PJRT_Executable_OptimizedProgram, &mut args)?;
+            code.truncate(program.code_size);
+            Ok(code)
+        })
+    }
+
     /// Serializes the executable (for a persistent compile cache).
     pub fn serialize(&self) -> Result<Vec<u8>> {
         self.with_executable(|api, e| {
