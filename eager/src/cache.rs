@@ -37,6 +37,8 @@ pub struct Partitioned {
     pub inputs: SmallVec<[String; 3]>,
     /// The Shardy annotation of each result.
     pub outputs: SmallVec<[String; 1]>,
+    /// The partition specs of the inputs then the results, as printed (`P("data")`).
+    pub splits: SmallVec<[String; 4]>,
 }
 
 impl OpKey {

@@ -33,6 +33,9 @@ pub struct OpInfo {
 pub struct MeshInfo {
     pub axes: Vec<(String, usize)>,
     pub devices: Vec<Device>,
+    /// The partition specs of the inputs then the results (`P("data")`, `P()`).
+    #[serde(default)]
+    pub splits: Vec<String>,
     /// The collectives XLA's partitioner put in the program (`all-reduce`, `all-gather`, …),
     /// in order.
     #[serde(default)]

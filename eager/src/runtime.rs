@@ -352,6 +352,7 @@ pub(crate) fn executable(
         mesh: key.partitioned.as_ref().map(|p| crate::profiler::MeshInfo {
             axes: p.mesh.axes().to_vec(),
             devices: p.mesh.devices().to_vec(),
+            splits: p.splits.to_vec(),
             collectives: Vec::new(),
         }),
     });

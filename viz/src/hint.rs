@@ -24,8 +24,11 @@ pub struct Hint {
     pub op: &'static str,
     /// The distinct shapes (`[2, 16] x [16]`), in order of first compile or load.
     pub shapes: Vec<String>,
-    /// Where they differ: `dim 0 of input 0`.
+    /// Where they differ: `dim 0 of input 0`, or `the split of input 0` when the shapes
+    /// stay and how tensors are split over a mesh changes.
     pub varying: Vec<String>,
+    /// The shapes stay and the splits change (each listed shape then shows its splits).
+    pub splits_vary: bool,
     /// Executables compiled (cache misses).
     pub compiles: u64,
     /// Executables loaded from the persistent compile cache (disk hits).
@@ -36,10 +39,16 @@ pub struct Hint {
 
 /// Input shapes then output shape: what a recompile for "a new shape" means (ops without
 /// inputs, like `fill` or `random`, take their shape from an attribute).
-type Signature = Vec<Vec<usize>>;
+type Shapes = Vec<Vec<usize>>;
+
+/// The shapes, and for an SPMD program the splits of its inputs and results over the mesh:
+/// a new split is a new program too.
+type Signature = (Shapes, Vec<String>);
 
 fn signature(e: &Event) -> Signature {
-    e.info.inputs.iter().chain(std::iter::once(&e.info.output)).map(|s| s.shape.to_vec()).collect()
+    let shapes =
+        e.info.inputs.iter().chain(std::iter::once(&e.info.output)).map(|s| s.shape.to_vec()).collect();
+    (shapes, e.info.mesh.as_ref().map(|m| m.splits.clone()).unwrap_or_default())
 }
 
 fn show(shapes: &[Vec<usize>]) -> String {
@@ -48,7 +57,7 @@ fn show(shapes: &[Vec<usize>]) -> String {
 
 /// The dims that change most between signatures (input or output, dim): with two call
 /// sites mixed (a layer of 64 and one of 128), the batch dim still has the most sizes.
-fn varying(sigs: &[Signature]) -> Vec<String> {
+fn varying(sigs: &[Shapes]) -> Vec<String> {
     let first = &sigs[0];
     let inputs = first.len() - 1;
     let mut counts: Vec<(usize, usize, usize)> = Vec::new();
@@ -94,12 +103,16 @@ struct Compiles {
 
 impl Compiles {
     fn hint(self) -> Hint {
-        let inputs: Vec<String> = self.sigs.iter().map(|s| show(&s[..s.len() - 1])).collect();
+        let shapes: Vec<Shapes> = self.sigs.iter().map(|s| s.0.clone()).collect();
+        if shapes.iter().all(|s| *s == shapes[0]) {
+            return self.split_hint();
+        }
+        let sigs = shapes;
+        let inputs: Vec<String> = sigs.iter().map(|s| show(&s[..s.len() - 1])).collect();
         // Show outputs too when inputs alone do not tell the compiles apart (reshape, fill).
         let with_output = inputs.iter().collect::<HashSet<_>>().len() < inputs.len();
         let shapes =
-            self.sigs
-                .iter()
+            sigs.iter()
                 .zip(inputs)
                 .map(|(s, i)| {
                     if with_output {
@@ -112,7 +125,47 @@ impl Compiles {
         Hint {
             op: self.op,
             shapes,
-            varying: varying(&self.sigs),
+            varying: varying(&sigs),
+            splits_vary: false,
+            compiles: self.compiles,
+            disk_loads: self.disk_loads,
+            compile_ns: self.compile_ns,
+        }
+    }
+
+    /// The same shapes, split over a mesh in different ways: each listed with its splits.
+    fn split_hint(self) -> Hint {
+        let first = &self.sigs[0];
+        let inputs = first.0.len() - 1;
+        let changed: Vec<usize> =
+            (0..first.1.len()).filter(|&p| self.sigs.iter().any(|s| s.1.get(p) != first.1.get(p))).collect();
+        // An output split that follows an input's says nothing new: inputs first.
+        let inputs_vary = changed.iter().any(|&p| p < inputs);
+        let varying = changed
+            .into_iter()
+            .filter(|&p| p < inputs || !inputs_vary)
+            .map(|p| {
+                if p < inputs {
+                    format!("the split of input {p}")
+                } else {
+                    "the split of the output".into()
+                }
+            })
+            .collect();
+        let shapes = self
+            .sigs
+            .iter()
+            .map(|(shapes, splits)| {
+                let parts: Vec<String> =
+                    shapes[..inputs].iter().zip(splits).map(|(s, p)| format!("{s:?} {p}")).collect();
+                parts.join(" x ")
+            })
+            .collect();
+        Hint {
+            op: self.op,
+            shapes,
+            varying,
+            splits_vary: true,
             compiles: self.compiles,
             disk_loads: self.disk_loads,
             compile_ns: self.compile_ns,
@@ -167,7 +220,8 @@ impl fmt::Display for Hint {
         }
         let loaded = self.disk_loads > 0;
         let got = if loaded { "needed new executables for" } else { "was compiled for" };
-        write!(f, "hint: `{}` {got} {n} distinct shapes ({}", self.op, listed.join(", "))?;
+        let what = if self.splits_vary { "distinct splits of the same shapes" } else { "distinct shapes" };
+        write!(f, "hint: `{}` {got} {n} {what} ({}", self.op, listed.join(", "))?;
         if !self.varying.is_empty() {
             let verb = if self.varying.len() == 1 { "varies" } else { "vary" };
             write!(f, "; {} {verb}", self.varying.join(", "))?;
@@ -179,7 +233,13 @@ impl fmt::Display for Hint {
             (0, d) => write!(f, "{d} loaded from disk, none compiled, {cost} of loading")?,
             (c, d) => write!(f, "{c} compiled and {d} loaded from disk, {cost} of compiling and loading")?,
         }
-        f.write_str(": pad or bucket the varying sizes so shapes repeat and the compile cache hits")
+        if self.splits_vary {
+            f.write_str(
+                ": keep each tensor's split steady (shard once, outside the loop) so the compile cache hits",
+            )
+        } else {
+            f.write_str(": pad or bucket the varying sizes so shapes repeat and the compile cache hits")
+        }
     }
 }
 

@@ -215,6 +215,42 @@ fn an_spmd_program_is_drawn_on_every_device_of_its_mesh() -> Result<()> {
 }
 
 #[test]
+fn a_split_that_changes_every_call_gives_a_hint() -> Result<()> {
+    let _g = lock();
+    use eager::PartitionSpec as P;
+    let mesh = eager::Mesh::new(&[("data", 2), ("model", 2)])?;
+    let specs = [
+        P::replicated(),
+        P::new(&[Some("data")]),
+        P::new(&[Some("model")]),
+        P::new(&[None, Some("data")]),
+        P::new(&[None, Some("model")]),
+        P::new(&[Some("data"), Some("model")]),
+        P::new(&[Some("model"), Some("data")]),
+        P::with_axes(&[&["data", "model"]]),
+        P::with_axes(&[&[], &["data", "model"]]),
+    ];
+    let x = Tensor::ones(&[8, 12], DType::F32)?;
+    let (r, p) = viz::profile(|| -> Result<()> {
+        for spec in &specs {
+            x.shard(&mesh, spec)?.log1p()?.block_until_ready()?;
+        }
+        Ok(())
+    });
+    r?;
+    let hints = p.hints();
+    let hint = hints.iter().find(|h| h.op == "log1p").expect("a hint for log1p");
+    assert!(hint.splits_vary && hint.varying == ["the split of input 0"], "{hint:?}");
+    let line = hint.to_string();
+    assert!(
+        line.contains("9 distinct splits of the same shapes ([8, 12] P(), [8, 12] P(\"data\")"),
+        "{line}"
+    );
+    assert!(line.contains("keep each tensor's split steady"), "{line}");
+    Ok(())
+}
+
+#[test]
 fn files_are_written() {
     let _g = lock();
     let (p, _) = measured(|| {

@@ -241,6 +241,7 @@ pub(crate) fn dispatch_partitioned_all(
         mesh: mesh.clone(),
         inputs: specs.iter().zip(&shardings).map(|(s, sh)| sh.sdy(s.rank())).collect(),
         outputs: results.iter().zip(&out_shardings).map(|(r, sh)| sh.sdy(r.rank())).collect(),
+        splits: shardings.iter().copied().chain(&out_shardings).map(|s| s.spec().to_string()).collect(),
     };
     let key =
         OpKey { op, inputs: specs, device: mesh.devices()[0], partitioned: Some(Arc::new(partitioned)) };
