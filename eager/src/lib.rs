@@ -51,7 +51,7 @@ pub use mesh::{Mesh, PartitionSpec, Sharding};
 pub use ops::Padding;
 pub use runtime::{default_device, devices, manual_seed, set_default_device, set_plugin_path, synchronize};
 pub use shape::Spec;
-pub use tensor::{dispatch, Tensor};
+pub use tensor::{dispatch, Reduction, Tensor};
 pub use var::Var;
 
 /// What a notebook or REPL cell wants in scope.

@@ -17,6 +17,26 @@ pub struct Reshape {
 }
 
 impl OpDef for Reshape {
+    /// An output dim runs along an input dim that starts at the same element offset when one
+    /// is a major factor of the other (`[8] -> [2, 4]`: dim 0 along dim 0; `[2, 4] -> [8]`
+    /// likewise): a split of the input dim into parts that divide the output dim carries over.
+    fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
+        let (x, y) = (&inputs[0].shape, &output.shape);
+        let offset = |s: &[usize], k: usize| s[..k].iter().product::<usize>();
+        (0..y.len())
+            .map(|j| {
+                (0..x.len())
+                    .filter(|&i| {
+                        offset(x, i) == offset(y, j)
+                            && x[i] > 1
+                            && y[j] > 1
+                            && (x[i] % y[j] == 0 || y[j] % x[i] == 0)
+                    })
+                    .map(|i| (0, i))
+                    .collect()
+            })
+            .collect()
+    }
     fn name(&self) -> &'static str {
         "reshape"
     }

@@ -5,6 +5,7 @@
 //! By topic: this file (the type and its plumbing), `create` (constructors), `methods` (the op
 //! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`.
 
+mod collective;
 mod create;
 pub(crate) mod dispatch;
 mod display;
@@ -13,6 +14,7 @@ mod operators;
 mod read;
 pub(crate) mod sharded;
 
+pub use collective::Reduction;
 pub use dispatch::{dispatch, executable_for, lookup_only};
 
 use std::sync::Arc;

@@ -274,11 +274,16 @@ fn result_spec(op: &Op, inputs: &[Spec], shardings: &[&Sharding], output: &Spec)
     let mut used: Vec<&str> = Vec::new();
     let mut dims = Vec::with_capacity(output.rank());
     for sources in op.dim_sources(inputs, output) {
+        let j = dims.len();
         let axes = sources
             .iter()
-            .map(|&(i, d)| shardings[i].spec().axes_of(d))
-            .find(|axes| !axes.is_empty() && axes.iter().all(|a| !used.contains(&a.as_str())))
-            .unwrap_or(&[]);
+            .map(|&(i, d)| (shardings[i].spec().axes_of(d), shardings[i].parts(d)))
+            .find(|(axes, parts)| {
+                !axes.is_empty()
+                    && axes.iter().all(|a| !used.contains(&a.as_str()))
+                    && output.shape[j].is_multiple_of(*parts)
+            })
+            .map_or(&[][..], |(axes, _)| axes);
         used.extend(axes.iter().map(String::as_str));
         dims.push(axes.to_vec());
     }
