@@ -482,6 +482,13 @@ NOTEBOOKS = {
                       "        y.sharding().unwrap().shard_shape(y.shape()), y.shape())"),
         new_markdown_cell("Each op ran once, as one program over the four devices: the timeline draws it on each."),
         new_code_cell("matmul_profile.timeline()"),
+        new_markdown_cell("## Collectives\n\nIn the global view a dim split over an axis is the concatenation of the "
+                          "devices' blocks. `all_reduce` adds the blocks along `data`: written with ordinary ops, "
+                          "it becomes an `all-reduce` in the program the partitioner makes, as the profile says."),
+        new_code_cell("let (summed, p) = viz::profile(|| y.all_reduce(\"data\", eager::Reduction::Sum));\n"
+                      "let summed = summed?;\n"
+                      "let collectives: Vec<String> = p.ops().filter_map(|e| e.info.mesh.clone()).flat_map(|m| m.collectives).collect();\n"
+                      "format!(\"{:?} -> {:?} ({}); collectives: {collectives:?}\", y.shape(), summed.shape(), summed.sharding().unwrap())"),
         new_markdown_cell("## Data-parallel training\n\nThe spirals of notebook 04, the batch split over a 1-D mesh "
                           "of four devices and the weights whole on each. The step is the single-device step, "
                           "unchanged: the weight gradients are sums over the batch, so the partitioner reduces them "

@@ -113,6 +113,8 @@ def check_multi_device(nb):
     matmul = re.search(r"each device holds \[4, 128\] of y's \[8, 256\]; largest difference to one device ([\d.e+-]+)", text)
     assert matmul and float(matmul[1]) < 1e-4, text
     assert 'y: P("data", "model") over Mesh {data: 2, model: 2} on cpu:0..3' in streams, streams
+    summed = next((l for l in text.splitlines() if "[8, 256] -> [4, 256]" in l), "")
+    assert "model" in summed and "all-reduce" in summed, text
     dp = re.search(r"data-parallel on 4 devices: loss ([\d.]+) -> ([\d.]+), accuracy ([\d.]+)%; "
                    r"largest loss difference to one device ([\d.e+-]+)", text)
     assert dp and float(dp[2]) < 0.5 * float(dp[1]) and float(dp[3]) > 90 and float(dp[4]) < 1e-3, text
