@@ -497,16 +497,6 @@ pub(crate) fn execute(
         let op_info = info.clone();
         p.op_started();
         let registered = done.on_ready(&rt.client.api, move |outcome| {
-            let p = profiler();
-            let end = p.now_ns().max(1);
-            // The device works on the op from when it is enqueued, its inputs are ready and the
-            // device finished the op before (so device times add up to at most the wall time).
-            let finished_before =
-                state().device_free_ns[device_slot(device)].fetch_max(end, Ordering::AcqRel);
-            let began = inputs_done
-                .iter()
-                .map(|c| c.ready_ns.load(Ordering::Acquire))
-                .fold(enqueued_at.max(finished_before), u64::max);
             if let Err(e) = outcome {
                 // Which op of the chain failed first is worked out by the read (see read_error):
                 // the inputs' callbacks may not have run yet.
@@ -514,11 +504,7 @@ pub(crate) fn execute(
                     Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
                 let _ = this.failure.set(Arc::new(failure));
             }
-            this.ready_ns.store(end, Ordering::Release);
-            if let Some(seq) = seq {
-                p.complete(seq, end.saturating_sub(began));
-            }
-            p.op_done();
+            book_finished(&this, &inputs_done, &[device], enqueued_at, seq);
         });
         if registered.is_err() {
             // The plugin cannot call back: fall back to waiting here.
@@ -593,32 +579,16 @@ pub(crate) fn execute_partitioned(
         let (this, op_info, remaining) = (completion.clone(), info.clone(), left.clone());
         let inputs_done: SmallVec<[Arc<Completion>; 3]> =
             args[0].iter().map(|a| a.completion.clone()).collect();
-        let inputs_ready = inputs_done.clone();
         let registered = done.on_ready(&rt.client.api, move |outcome| {
             if let Err(e) = outcome {
-                let failure = Failure { op: op_info.signature(), message: e.message, inputs: inputs_done };
+                let failure =
+                    Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
                 let _ = this.failure.set(Arc::new(failure));
             }
-            // The last partition to finish completes the op. As on one device, the program
-            // ran from when it was enqueued, its inputs were ready and every device of the
-            // mesh had finished what it ran before.
+            // The last partition to finish completes the op, on every device of the mesh.
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                let p = profiler();
-                let end = p.now_ns().max(1);
                 let devices = op_info.mesh.as_ref().map(|m| m.devices.as_slice()).unwrap_or(&[]);
-                let finished_before = devices
-                    .iter()
-                    .map(|&d| state().device_free_ns[device_slot(d)].fetch_max(end, Ordering::AcqRel))
-                    .fold(enqueued_at, u64::max);
-                let began = inputs_ready
-                    .iter()
-                    .map(|c| c.ready_ns.load(Ordering::Acquire))
-                    .fold(finished_before, u64::max);
-                this.ready_ns.store(end, Ordering::Release);
-                if let Some(seq) = seq {
-                    p.complete(seq, end.saturating_sub(began));
-                }
-                p.op_done();
+                book_finished(&this, &inputs_done, devices, enqueued_at, seq);
             }
         });
         if registered.is_err() {
@@ -642,6 +612,30 @@ pub(crate) fn execute_partitioned(
         }
     }
     Ok(LaunchedPartitioned { outputs, info, completion })
+}
+
+/// Completes an op that has just finished on `devices`, booking its device time: the devices
+/// worked on it from when it was enqueued (`enqueued_at`), its inputs were ready and each of
+/// them had finished what it ran before (so device times add up to at most the wall time).
+fn book_finished(
+    completion: &Completion,
+    inputs: &[Arc<Completion>],
+    devices: &[Device],
+    enqueued_at: u64,
+    seq: Option<u64>,
+) {
+    let p = profiler();
+    let end = p.now_ns().max(1);
+    let finished_before = devices
+        .iter()
+        .map(|&d| state().device_free_ns[device_slot(d)].fetch_max(end, Ordering::AcqRel))
+        .fold(enqueued_at, u64::max);
+    let began = inputs.iter().map(|c| c.ready_ns.load(Ordering::Acquire)).fold(finished_before, u64::max);
+    completion.ready_ns.store(end, Ordering::Release);
+    if let Some(seq) = seq {
+        p.complete(seq, end.saturating_sub(began));
+    }
+    p.op_done();
 }
 
 /// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.
