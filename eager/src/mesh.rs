@@ -1,9 +1,8 @@
 //! Meshes and shardings, in JAX's vocabulary: a [`Mesh`] arranges devices in named axes
 //! (`[("data", 2), ("model", 2)]`), a [`PartitionSpec`] names, per tensor dim, the mesh axes
 //! that dim is split over, and a [`Sharding`] is the two together. From a sharding come the
-//! shard each device holds and the GSPMD annotation (`{devices=[2,1,2]0,1,2,3
-//! last_tile_dim_replicate}`) XLA's SPMD partitioner reads. Pure bookkeeping: nothing here
-//! touches a device.
+//! shard each device holds and the Shardy annotation XLA's SPMD partitioner reads. Pure
+//! bookkeeping: nothing here touches a device.
 
 use std::fmt;
 use std::ops::Range;
@@ -323,33 +322,6 @@ impl Sharding {
         let sizes = self.shard_shape(shape);
         (0..shape.len()).map(|d| self.piece(p, d) * sizes[d]..(self.piece(p, d) + 1) * sizes[d]).collect()
     }
-
-    /// The GSPMD annotation of a tensor of rank `rank`: `{replicated}`, or the tile
-    /// assignment `{devices=[2,1]0,1}` (with `last_tile_dim_replicate` when some mesh axes
-    /// split nothing and so hold copies).
-    pub fn hlo(&self, rank: usize) -> String {
-        if self.spec.is_replicated() || rank == 0 {
-            return "{replicated}".into();
-        }
-        let tiles: Vec<usize> = (0..rank).map(|d| self.parts(d)).collect();
-        let split: usize = tiles.iter().product();
-        let copies = self.mesh.size() / split;
-        // The partition at each tile (row-major over the tiles, then the copies).
-        let mut at = vec![usize::MAX; self.mesh.size()];
-        let mut seen = vec![0usize; split];
-        for p in 0..self.mesh.size() {
-            let tile = (0..rank).fold(0, |acc, d| acc * tiles[d] + self.piece(p, d));
-            at[tile * copies + seen[tile]] = p;
-            seen[tile] += 1;
-        }
-        let mut dims: Vec<String> = tiles.iter().map(|t| t.to_string()).collect();
-        if copies > 1 {
-            dims.push(copies.to_string());
-        }
-        let ids: Vec<String> = at.iter().map(|p| p.to_string()).collect();
-        let replicate = if copies > 1 { " last_tile_dim_replicate" } else { "" };
-        format!("{{devices=[{}]{}{replicate}}}", dims.join(","), ids.join(","))
-    }
 }
 
 impl Sharding {
@@ -395,23 +367,25 @@ mod tests {
     }
 
     #[test]
-    fn annotations_follow_xla_tile_assignment() {
+    fn shards_are_the_blocks_of_the_mesh_coordinates() {
         let m = mesh(&[("data", 2), ("model", 2)]);
         let s = |spec: PartitionSpec, shape: &[usize]| Sharding::new(&m, &spec, shape).unwrap();
-        assert_eq!(s(PartitionSpec::replicated(), &[4, 4]).hlo(2), "{replicated}");
         // Rows over data: partitions 0, 1 (data 0) hold rows 0-1, and copies over model.
         let rows = s(PartitionSpec::new(&[Some("data")]), &[4, 6]);
-        assert_eq!(rows.hlo(2), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}");
         assert_eq!(rows.shard_ranges(&[4, 6], 2), [2..4, 0..6]);
-        // Columns over data: the tile order puts partitions 0 and 2 side by side.
+        assert_eq!(rows.sdy(2), "#sdy.sharding<@mesh, [{\"data\"}, {}]>");
+        // Columns over model: partitions 1 and 3 (model 1) hold the right half.
         let cols = s(PartitionSpec::new(&[None, Some("model")]), &[4, 6]);
-        assert_eq!(cols.hlo(2), "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}");
         assert_eq!(cols.shard_shape(&[4, 6]), [4, 3]);
+        assert_eq!(cols.shard_ranges(&[4, 6], 3), [0..4, 3..6]);
+        // Rows over model and columns over data: partition 1 (data 0, model 1).
         let both = s(PartitionSpec::new(&[Some("model"), Some("data")]), &[4, 6]);
-        assert_eq!(both.hlo(2), "{devices=[2,2]0,2,1,3}");
+        assert_eq!(both.shard_ranges(&[4, 6], 1), [2..4, 0..3]);
+        assert_eq!(both.sdy(2), "#sdy.sharding<@mesh, [{\"model\"}, {\"data\"}]>");
         let joint = s(PartitionSpec::with_axes(&[&["data", "model"]]), &[8]);
-        assert_eq!(joint.hlo(1), "{devices=[4]0,1,2,3}");
         assert_eq!(joint.shard_ranges(&[8], 3), vec![6..8]);
+        assert_eq!(joint.sdy(1), "#sdy.sharding<@mesh, [{\"data\", \"model\"}]>");
+        assert_eq!(Mesh::sdy(&m), "sdy.mesh @mesh = <[\"data\"=2, \"model\"=2]>");
     }
 
     #[test]
