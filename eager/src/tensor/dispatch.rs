@@ -148,8 +148,15 @@ pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
 /// sweep over many values must not grow it without bound).
 const SCALAR_CACHE_ENTRIES: usize = 1024;
 
-/// Scalars already on a device, by (device, dtype, bits of the value).
-type ScalarCache = Mutex<HashMap<(Device, DType, u64), Tensor>>;
+/// Where a cached scalar lives: on one device, or on every device of a mesh.
+#[derive(PartialEq, Eq, Hash)]
+pub(crate) enum Place {
+    Device(Device),
+    Mesh(crate::mesh::Mesh),
+}
+
+/// Scalars already placed, by (place, dtype, bits of the value in that dtype).
+type ScalarCache = Mutex<HashMap<(Place, DType, u64), Tensor>>;
 
 static SCALARS: Shared<ScalarCache> = Shared::new("eager::tensor::ScalarCache", ScalarCache::default);
 
@@ -157,15 +164,25 @@ static SCALARS: Shared<ScalarCache> = Shared::new("eager::tensor::ScalarCache", 
 /// `x * 2.0` and `x * 3.0` share one executable; each value is uploaded once and reused
 /// (tensors never change), so a training loop's `* lr` costs no transfer per step.
 pub(crate) fn scalar(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+    cached_scalar(Place::Device(device), value, dtype, |bytes| upload(bytes, Spec::new(&[], dtype), device))
+}
+
+/// The scalar `value` of `dtype` at `place`, made by `make` (from its bytes) the first time.
+pub(crate) fn cached_scalar(
+    place: Place,
+    value: f64,
+    dtype: DType,
+    make: impl FnOnce(&[u8]) -> Result<Tensor>,
+) -> Result<Tensor> {
     let bytes = crate::dtype::encode_f64(&[value], dtype);
     let mut bits = [0u8; 8];
     bits[..bytes.len()].copy_from_slice(&bytes);
-    let key = (device, dtype, u64::from_le_bytes(bits));
+    let key = (place, dtype, u64::from_le_bytes(bits));
     let scalars = SCALARS.get();
     if let Some(t) = lock(scalars).get(&key) {
         return Ok(t.clone());
     }
-    let t = upload(&bytes, Spec::new(&[], dtype), device)?;
+    let t = make(&bytes)?;
     let mut map = lock(scalars);
     if map.len() >= SCALAR_CACHE_ENTRIES {
         map.clear();

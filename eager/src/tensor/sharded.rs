@@ -90,27 +90,12 @@ impl Tensor {
     }
 }
 
-/// Replicated scalars kept per mesh before the map is emptied (as the single-device ones).
-const SCALAR_CACHE_ENTRIES: usize = 1024;
-
-type ScalarCache = std::sync::Mutex<std::collections::HashMap<(Mesh, crate::dtype::DType, u64), Tensor>>;
-
-static SCALARS: crate::shared::Shared<ScalarCache> =
-    crate::shared::Shared::new("eager::tensor::ReplicatedScalars", ScalarCache::default);
-
 /// A scalar on every device of `mesh`, uploaded once per value (tensors never change).
 pub(crate) fn replicated_scalar(value: f64, dtype: crate::dtype::DType, mesh: &Mesh) -> Result<Tensor> {
-    let key = (mesh.clone(), dtype, value.to_bits());
-    if let Some(t) = crate::shared::lock(SCALARS.get()).get(&key) {
-        return Ok(t.clone());
-    }
-    let t = super::dispatch::scalar(value, dtype, mesh.devices()[0])?.replicate(mesh)?;
-    let mut map = crate::shared::lock(SCALARS.get());
-    if map.len() >= SCALAR_CACHE_ENTRIES {
-        map.clear();
-    }
-    map.insert(key, t.clone());
-    Ok(t)
+    let place = super::dispatch::Place::Mesh(mesh.clone());
+    super::dispatch::cached_scalar(place, value, dtype, |_| {
+        super::dispatch::scalar(value, dtype, mesh.devices()[0])?.replicate(mesh)
+    })
 }
 
 /// Copies a block of a row-major array of `shape` (`elem` bytes per element): out of `whole`
