@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::mesh::{Mesh, PartitionSpec, Sharding};
 use crate::ops::{Call, Op, Program, ValueDef};
 use crate::runtime::{self, Runtime};
 use crate::shape::Spec;
@@ -26,11 +27,19 @@ use crate::shared::{lock, Shared};
 use crate::tensor::Tensor;
 use crate::var::Var;
 
-/// Where a traced tensor lives: its trace and its value number there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a traced tensor lives: its trace and its value number there, and its split over
+/// the trace's mesh as the ops' rules give it (`None`: whole, or no mesh).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TraceRef {
     trace: u64,
     value: usize,
+    split: Option<Sharding>,
+}
+
+impl TraceRef {
+    pub(crate) fn split(&self) -> Option<&Sharding> {
+        self.split.as_ref()
+    }
 }
 
 /// What feeds one parameter of a compiled program at each call.
@@ -54,8 +63,16 @@ struct Recording {
     runtime: Arc<Runtime>,
     /// Every value: a parameter or an op's result.
     values: Vec<(ValueDef, Spec)>,
-    /// What feeds each parameter, in parameter order.
+    /// Each value's split over `mesh` (see [`TraceRef`]).
+    splits: Vec<Option<Sharding>>,
+    /// The mesh of the sharded values read or made (one per function): with one, the
+    /// program runs as one SPMD program over it.
+    mesh: Option<Mesh>,
+    /// What feeds each parameter, in parameter order, and its split.
     sources: Vec<Source>,
+    param_splits: Vec<Option<Sharding>>,
+    /// An error met where it could not be returned (reading a Var), returned by the trace.
+    failed: Option<Error>,
     /// Captured tensors (by data identity) -> value.
     captured: HashMap<usize, usize>,
     /// Vars read or written so far (by slot identity) -> their traced value now.
@@ -97,20 +114,61 @@ fn with_recording<T>(f: impl FnOnce(&mut Recording) -> T) -> Option<T> {
 }
 
 impl Recording {
-    fn add_value(&mut self, def: ValueDef, spec: Spec) -> usize {
+    fn add_value(&mut self, def: ValueDef, spec: Spec, split: Option<Sharding>) -> usize {
         self.values.push((def, spec));
+        self.splits.push(split);
         self.values.len() - 1
     }
 
-    fn add_param(&mut self, source: Source, spec: Spec) -> usize {
+    /// A parameter fed by `source`; one split over a mesh makes that the function's mesh.
+    fn add_param(
+        &mut self,
+        source: Source,
+        spec: Spec,
+        split: Option<Sharding>,
+        op: &'static str,
+    ) -> Result<usize> {
+        if let Some(s) = &split {
+            self.join_mesh(s.mesh(), op)?;
+        }
         let index = self.sources.len();
         self.sources.push(source);
-        self.add_value(ValueDef::Param(index), spec)
+        self.param_splits.push(split.clone());
+        Ok(self.add_value(ValueDef::Param(index), spec, split))
+    }
+
+    /// Makes `mesh` the function's mesh; another mesh is an error.
+    fn join_mesh(&mut self, mesh: &Mesh, op: &'static str) -> Result<()> {
+        match &self.mesh {
+            None => self.mesh = Some(mesh.clone()),
+            Some(m) if m != mesh => {
+                let msg = format!("a compiled function runs over one mesh; it met {m} and {mesh}");
+                return Err(Error::invalid(op, msg));
+            }
+            Some(_) => {}
+        }
+        Ok(())
     }
 
     fn tensor(&self, value: usize) -> Tensor {
         let spec = self.values[value].1.clone();
-        Tensor::traced(TraceRef { trace: self.id, value }, spec, self.device, self.runtime.clone())
+        let r = TraceRef { trace: self.id, value, split: self.splits[value].clone() };
+        Tensor::traced(r, spec, self.device, self.runtime.clone())
+    }
+
+    /// The split of `op`'s result on the values `inputs`, by the rule eager dispatch uses
+    /// (an unsplit value of a function with a mesh is whole on every device).
+    fn split_of(&self, op: &Op, inputs: &[usize], output: &Spec) -> Result<Option<Sharding>> {
+        let Some(mesh) = &self.mesh else { return Ok(None) };
+        if op.result_axes().is_none() && inputs.iter().all(|&v| self.splits[v].is_none()) {
+            return Ok(None);
+        }
+        let whole = Sharding::new(mesh, &PartitionSpec::replicated(), &[])?;
+        let specs: SmallVec<[Spec; 3]> = inputs.iter().map(|&v| self.values[v].1.clone()).collect();
+        let shardings: SmallVec<[&Sharding; 3]> =
+            inputs.iter().map(|&v| self.splits[v].as_ref().unwrap_or(&whole)).collect();
+        let spec = crate::tensor::sharded::result_spec(op, &specs, &shardings, output);
+        Ok(Some(Sharding::new(mesh, &spec, &output.shape)?))
     }
 
     /// The value standing for `t` in this trace: its own if traced here, else `t` captured.
@@ -119,13 +177,14 @@ impl Recording {
             Some(r) if r.trace == self.id => Ok(r.value),
             Some(_) => Err(Error::invalid(op, "a tensor traced in another compiled function was used here: return it from that function instead")),
             None => {
-                if t.device() != self.device {
+                if t.sharding().is_none() && t.device() != self.device {
                     return Err(Error::invalid(op, format!("a compiled function runs on one device: {} is on {}, the function on {}", t.spec(), t.device(), self.device)));
                 }
                 if let Some(&v) = self.captured.get(&t.data_identity()) {
                     return Ok(v);
                 }
-                let v = self.add_param(Source::Captured(t.detach()), t.spec().clone());
+                let split = t.sharding().cloned();
+                let v = self.add_param(Source::Captured(t.detach()), t.spec().clone(), split, op)?;
                 self.captured.insert(t.data_identity(), v);
                 Ok(v)
             }
@@ -144,7 +203,8 @@ pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
             return Err(Error::invalid(name, "calling a compiled function inside another is not supported: call its closure instead"));
         }
         let spec = op.infer(&specs)?;
-        let v = rec.add_value(ValueDef::Op { op: op.clone(), inputs: values }, spec);
+        let split = rec.split_of(&op, &values, &spec)?;
+        let v = rec.add_value(ValueDef::Op { op: op.clone(), inputs: values }, spec, split);
         rec.ops += 1;
         Ok(rec.tensor(v))
     })
@@ -157,6 +217,11 @@ pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     Ok(out.with_node(crate::autograd::record(&op, &refs)))
 }
 
+/// Inside a trace, makes `mesh` the function's mesh (an error if it has another one).
+pub(crate) fn use_mesh(mesh: &Mesh, op: &'static str) -> Result<()> {
+    with_recording(|rec| rec.join_mesh(mesh, op)).unwrap_or(Ok(()))
+}
+
 /// Inside a trace, the traced value of `var` (read once per trace, then what was last set).
 pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
     with_recording(|rec| {
@@ -164,7 +229,22 @@ pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
             return t.clone();
         }
         let current = var.current();
-        let v = rec.add_param(Source::Var(var.clone()), current.spec().clone());
+        let split = current.sharding().cloned();
+        let v = match rec.add_param(
+            Source::Var(var.clone()),
+            current.spec().clone(),
+            split.clone(),
+            "Var::get",
+        ) {
+            Ok(v) => v,
+            // Var::get cannot fail: the trace returns the error. Until then the Var reads as
+            // if it were on one device.
+            Err(e) => {
+                rec.failed.get_or_insert(e);
+                let spec = current.spec().clone();
+                rec.add_param(Source::Var(var.clone()), spec, None, "Var::get").expect("no mesh to join")
+            }
+        };
         let mut t = rec.tensor(v);
         if var.is_parameter() {
             t = t.set_requires_grad(true).expect("parameters are floating point");
@@ -206,11 +286,12 @@ pub(crate) fn write_var(var: &Var, value: &Tensor) -> Result<bool> {
 pub(crate) fn traced_rng_state(device: Device) -> Option<Tensor> {
     with_recording(|rec| {
         (device == rec.device).then(|| {
-            let v = rec.add_param(Source::Rng, Spec::new(&[2], DType::U64));
-            rec.tensor(v)
+            let v = rec.add_param(Source::Rng, Spec::new(&[2], DType::U64), None, "rng")?;
+            Ok(rec.tensor(v))
         })
     })
     .flatten()
+    .and_then(Result::ok)
 }
 
 /// One trace of a compiled function: its program and what feeds it.
@@ -220,6 +301,11 @@ struct Traced {
     /// Outputs the function returned (the rest are Var writes).
     returned: usize,
     writes: Vec<Var>,
+    /// The mesh it runs over (as one SPMD program), the split each parameter was traced
+    /// with, and the split of each output.
+    mesh: Option<Mesh>,
+    param_splits: Vec<Option<Sharding>>,
+    output_splits: Vec<Option<Sharding>>,
 }
 
 /// A function compiled into one executable per input signature. Create with [`compile`].
@@ -229,8 +315,9 @@ pub struct Compiled<F> {
     traces: Mutex<HashMap<Signature, Arc<Traced>>>,
 }
 
-/// What a compiled function is traced once per: its arguments' specs and the device.
-type Signature = (SmallVec<[Spec; 4]>, Device);
+/// What a compiled function is traced once per: its arguments' specs, the device and the
+/// arguments' splits (collectives inside take blocks along them).
+type Signature = (SmallVec<[Spec; 4]>, Device, SmallVec<[Option<Sharding>; 4]>);
 
 /// Compiles `f`: the first call with given argument shapes and dtypes traces it into one
 /// StableHLO program; every call runs that program as one executable. `f` must compute its
@@ -252,7 +339,8 @@ where
     /// signature). Returns what the function returned; Vars it set are updated.
     pub fn call(&self, args: &[&Tensor]) -> Result<Vec<Tensor>> {
         let device = args.first().map(|t| t.device()).unwrap_or_else(runtime::default_device);
-        let key = (args.iter().map(|t| t.spec().clone()).collect(), device);
+        let splits = args.iter().map(|t| t.sharding().cloned()).collect();
+        let key = (args.iter().map(|t| t.spec().clone()).collect(), device, splits);
         let cached = lock(&self.traces).get(&key).cloned();
         let traced = match cached {
             // Vars read by the program must still have the shapes it was traced with.
@@ -288,7 +376,11 @@ where
             device,
             runtime: rt,
             values: Vec::new(),
+            splits: Vec::new(),
+            mesh: None,
             sources: Vec::new(),
+            param_splits: Vec::new(),
+            failed: None,
             captured: HashMap::new(),
             vars: HashMap::new(),
             writes: Vec::new(),
@@ -298,7 +390,7 @@ where
             .iter()
             .enumerate()
             .map(|(i, a)| {
-                let v = rec.add_param(Source::Arg(i), a.spec().clone());
+                let v = rec.add_param(Source::Arg(i), a.spec().clone(), a.sharding().cloned(), self.name)?;
                 let traced = rec.tensor(v);
                 // An argument that requires gradients is differentiable inside the function.
                 if a.requires_grad() {
@@ -314,6 +406,9 @@ where
         t.active.store(false, Ordering::Release);
         let mut rec = lock(&t.recording).take().expect("the recording of this trace");
         let returned = returned?;
+        if let Some(e) = rec.failed.take() {
+            return Err(e);
+        }
         let mut outputs = Vec::with_capacity(returned.len() + rec.writes.len());
         for r in &returned {
             outputs.push(rec.value_of(r, self.name)?);
@@ -324,19 +419,36 @@ where
             return Err(Error::invalid(self.name, "a compiled function must return a tensor or set a Var"));
         }
         let program = Program::new(self.name, &rec.values, rec.sources.len(), &outputs, rec.ops);
+        let mut sources = std::mem::take(&mut rec.sources);
+        if let Some(mesh) = &rec.mesh {
+            // Captured tensors on one device join the mesh whole, once.
+            for s in &mut sources {
+                if let Source::Captured(c) = s {
+                    if c.sharding().is_none() {
+                        *c = c.replicate(mesh)?;
+                    }
+                }
+            }
+        }
         Ok(Traced {
             program: Arc::new(program),
-            sources: std::mem::take(&mut rec.sources),
+            sources,
             returned: returned.len(),
             writes,
+            output_splits: outputs.iter().map(|&v| rec.splits[v].clone()).collect(),
+            param_splits: std::mem::take(&mut rec.param_splits),
+            mesh: rec.mesh.take(),
         })
     }
 }
 
-/// Whether every Var the program reads still has the spec it was traced with.
+/// Whether every Var the program reads still has the spec and split it was traced with.
 fn vars_match(t: &Traced) -> bool {
-    t.sources.iter().zip(&t.program.params).all(|(s, spec)| match s {
-        Source::Var(v) => v.current().spec() == spec,
+    t.sources.iter().zip(&t.program.params).zip(&t.param_splits).all(|((s, spec), split)| match s {
+        Source::Var(v) => {
+            let current = v.current();
+            current.spec() == spec && current.sharding() == split.as_ref()
+        }
         _ => true,
     })
 }
@@ -354,26 +466,28 @@ fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
         })
         .collect::<Result<_>>()?;
     let call = Op::Call(Call { program: t.program.clone() });
-    let mesh = inputs.iter().find_map(|t| t.sharding()).map(|s| s.mesh().clone());
-    let mut outs = match mesh {
+    let mut outs = match t.mesh.clone() {
         None => {
             let refs: Vec<&Tensor> = inputs.iter().collect();
             crate::tensor::dispatch::dispatch_all(call, &refs, Some(device))?.into_vec()
         }
         // One SPMD program over the mesh: what it reads from one device (its random state,
-        // captured constants) is replicated; each Var it writes keeps its split, and what
-        // it returns is whole on every device.
+        // arguments on one device) is replicated; each Var it writes keeps its split, and
+        // what it returns is split as traced.
         Some(mesh) => {
             let joined: Vec<Tensor> = inputs
                 .into_iter()
                 .map(|x| if x.sharding().is_none() { x.replicate(&mesh) } else { Ok(x) })
                 .collect::<Result<_>>()?;
             let refs: Vec<&Tensor> = joined.iter().collect();
-            let keep = |i: usize, _: &crate::shape::Spec| {
+            let var_split = |i: usize| {
                 let var = t.writes.get(i.checked_sub(t.returned)?)?;
                 let current = var.current();
                 let s = current.sharding().filter(|s| s.mesh() == &mesh)?;
                 Some(s.spec().clone())
+            };
+            let keep = |i: usize, _: &crate::shape::Spec| {
+                var_split(i).or_else(|| Some(t.output_splits[i].as_ref()?.spec().clone()))
             };
             crate::tensor::sharded::dispatch_partitioned_all(call, &refs, keep)?
         }

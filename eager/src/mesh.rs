@@ -221,6 +221,11 @@ impl PartitionSpec {
         self.dims.is_empty()
     }
 
+    /// Per dim, the axes it is split over.
+    pub(crate) fn dims(&self) -> &[Vec<String>] {
+        &self.dims
+    }
+
     /// Whether no dim is split.
     pub fn is_replicated(&self) -> bool {
         self.dims.iter().all(Vec::is_empty)
@@ -237,16 +242,7 @@ impl PartitionSpec {
 
 impl fmt::Display for PartitionSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let dims: Vec<String> = self
-            .dims
-            .iter()
-            .map(|d| match d.len() {
-                0 => "None".to_string(),
-                1 => format!("{:?}", d[0]),
-                _ => format!("({})", d.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ")),
-            })
-            .collect();
-        write!(f, "P({})", dims.join(", "))
+        f.write_str(&crate::ops::Shard::text(&self.dims))
     }
 }
 
@@ -328,13 +324,7 @@ impl Sharding {
     /// The Shardy annotation of a tensor of rank `rank` on the mesh named `@mesh`:
     /// `#sdy.sharding<@mesh, [{"data"}, {}]>`, per dim its axes, major first.
     pub fn sdy(&self, rank: usize) -> String {
-        let dims: Vec<String> = (0..rank)
-            .map(|d| {
-                let axes: Vec<String> = self.spec.axes_of(d).iter().map(|a| format!("{a:?}")).collect();
-                format!("{{{}}}", axes.join(", "))
-            })
-            .collect();
-        format!("#sdy.sharding<@mesh, [{}]>", dims.join(", "))
+        crate::ops::Shard::sdy(&self.spec.dims, rank)
     }
 }
 

@@ -795,12 +795,9 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
             return Err(Error::invalid("cross_entropy", msg));
         }
     }
-    let positions = Tensor::arange_on(0.0, classes as f64, 1.0, targets.dtype(), targets.device())?;
     // Targets split over a mesh (a data-parallel batch) compare with the classes everywhere.
-    let positions = match targets.sharding() {
-        Some(s) => positions.replicate(s.mesh())?,
-        None => positions,
-    };
+    let positions =
+        crate::ops::create::CreateOps::arange_at(targets, 0.0, classes as f64, 1.0, targets.dtype())?;
     let onehot = targets.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(logits.dtype())?;
     logits.log_softmax(1)?.mul(&onehot)?.sum(&[1], false)?.mean_all()?.neg()
 }

@@ -364,8 +364,13 @@ pub(crate) fn executable(
         let params: Vec<(&Spec, &str)> =
             key.inputs.iter().zip(&p.inputs).map(|(s, h)| (s, h.as_str())).collect();
         let specs: Vec<&Spec> = std::iter::once(&info.output).chain(key.op.more_outputs()).collect();
-        let results: Vec<(&Spec, &str)> =
+        let mut results: Vec<(&Spec, &str)> =
             specs.into_iter().zip(&p.outputs).map(|(s, h)| (s, h.as_str())).collect();
+        // An index check, over all the indices, is whole on every device.
+        let (check, whole) = (Spec::new(&[2], crate::dtype::DType::I64), crate::ops::Shard::sdy(&[], 1));
+        if key.op.index_check(&key.inputs).is_some() {
+            results.push((&check, whole.as_str()));
+        }
         mlir = crate::ops::emit::partitioned(&mlir, &p.mesh.sdy(), p.mesh.size(), &params, &results);
         let ids: Vec<i32> =
             p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
@@ -535,10 +540,7 @@ pub(crate) fn execute_partitioned(
     args: &[Vec<Arg>],
     start: Instant,
 ) -> Result<LaunchedPartitioned> {
-    if key.op.index_check(&key.inputs).is_some() {
-        let msg = "runs on one device only for now: gather its inputs with .to(device) first";
-        return Err(Error::invalid(key.op.name(), msg));
-    }
+    let index_check = key.op.index_check(&key.inputs);
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let more_outputs: Vec<Spec> = key.op.more_outputs().to_vec();
     let (exe, info, outcome, compile_ns) = executable(rt, key, start)?;
@@ -550,15 +552,21 @@ pub(crate) fn execute_partitioned(
         .execute_partitioned(&buffers, &mut out)
         .map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
-    let completion = Arc::new(Completion::default());
-    completion.inherit(&args[0], None);
     let p = profiler();
     let bytes = (in_bytes + info.output.size_in_bytes()) as u64;
     let seq = p.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes);
     let specs: Vec<Spec> = std::iter::once(info.output.clone()).chain(more_outputs).collect();
-    if out.len() != args.len() || out.iter().any(|o| o.len() != specs.len()) {
+    let checks = usize::from(index_check.is_some());
+    if out.len() != args.len() || out.iter().any(|o| o.len() != specs.len() + checks) {
         return Err(Error::invalid(info.name, "its SPMD program did not return its results on every device"));
     }
+    // The index check is the last output, the same on every device: partition 0's is read.
+    let mut flags: Vec<Option<pjrt::Buffer>> =
+        out.iter_mut().map(|o| if checks == 1 { o.pop() } else { None }).collect();
+    let own_check = index_check.and_then(|c| Some((c, info.signature(), flags.swap_remove(0)?)));
+    drop(flags);
+    let completion = Arc::new(Completion::default());
+    completion.inherit(&args[0], own_check);
     // Per result, its buffer on each partition.
     let mut per_result: Vec<Vec<pjrt::Buffer>> =
         specs.iter().map(|_| Vec::with_capacity(args.len())).collect();

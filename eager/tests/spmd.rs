@@ -7,6 +7,7 @@ mod common;
 
 use eager::mesh::{Mesh, PartitionSpec as P};
 use eager::nn;
+use eager::ops::Padding;
 use eager::prelude::*;
 
 fn mesh() -> Mesh {
@@ -81,6 +82,27 @@ fn every_family_gives_the_single_device_result() -> Result<()> {
             let c = x.sub(&x.mean(&[-1], true)?)?;
             c.mul(&c.square()?.mean(&[-1], true)?.add_scalar(1e-5)?.rsqrt()?)
         }),
+        ("cast and back", |x, _, _| x.to_dtype(DType::F16)?.to_dtype(DType::F32)),
+        ("tril", |x, _, _| x.tril(0)),
+        ("cumsum", |x, _, _| x.cumsum(1)),
+        ("sort", |x, _, _| Ok(x.sort(1, true)?.0)),
+        ("flip", |x, _, _| x.flip(&[0])),
+        ("cat", |x, y, _| Tensor::cat(&[x, y], 1)),
+        ("strided slice", |x, _, _| x.narrow(1, 1, 4)),
+        // Indices computed on the device: checked there, over all of them.
+        ("take_along_dim", |x, y, _| x.take_along_dim(&y.argmax(Some(1), true)?, 1)),
+        ("index_select", |x, _, _| {
+            let picked = x.index_select(0, &x.argmax(Some(0), false)?.narrow(0, 0, 2)?)?;
+            picked.sum_all()?.unsqueeze(0)
+        }),
+        ("scatter_add", |x, y, _| x.scatter_add(1, &y.argsort(1, false)?, y)),
+        ("conv1d", |x, y, _| {
+            let weight = y.narrow(0, 0, 2)?.narrow(1, 0, 3)?.reshape(&[2, 1, 3])?;
+            x.reshape(&[4, 1, 6])?.conv1d(&weight, 1, Padding::Same, 1, 1)?.reshape(&[4, 12])
+        }),
+        ("max_pool2d", |x, _, _| {
+            x.reshape(&[1, 1, 4, 6])?.max_pool2d([2, 2], None, [0, 0])?.reshape(&[2, 3])
+        }),
     ];
     for (name, f) in cases {
         let want = values(&f(&x, &y, &w)?);
@@ -94,6 +116,21 @@ fn every_family_gives_the_single_device_result() -> Result<()> {
             assert!(close && got.len() == want.len(), "{name} on {spec}: {got:?} != {want:?}");
         }
     }
+    Ok(())
+}
+
+#[test]
+fn a_bad_index_computed_on_the_device_fails_the_sharded_op_that_used_it() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let x =
+        Tensor::arange(0.0, 24.0, 1.0, DType::F32)?.reshape(&[4, 6])?.shard(&m, &P::new(&[Some("data")]))?;
+    // [0, 1, 2, 3] + 3: index 6 of dim 1 (size 6) is out of range, found on the device.
+    let idx = Tensor::arange(0.0, 4.0, 1.0, DType::I64)?.replicate(&m)?.add_scalar(3.0)?.reshape(&[4, 1])?;
+    let picked = x.take_along_dim(&idx.sub_scalar(3.0)?, 1)?;
+    assert_eq!(values(&picked), vec![0.0, 7.0, 14.0, 21.0]);
+    let e = x.take_along_dim(&idx, 1)?.to_vec::<f32>().unwrap_err().to_string();
+    assert!(e.contains("gather") && e.contains("index 6 is out of range for dim 1 of size 6"), "{e}");
     Ok(())
 }
 
@@ -362,11 +399,6 @@ fn collectives_over_a_mesh_axis_against_hand_computed_blocks() -> Result<()> {
     leaf.all_reduce("data", eager::Reduction::Sum)?.sum_all()?.backward()?;
     assert_eq!(values(&leaf.grad().unwrap()), vec![1.0; 24]);
 
-    // Not inside a compiled function yet: a clear error.
-    let f = eager::compile("psum", |a: &[Tensor]| Ok(vec![a[0].all_reduce("data", eager::Reduction::Sum)?]));
-    let e = f.call(&[&x]).unwrap_err().to_string();
-    assert!(e.contains("call collectives eagerly"), "{e}");
-
     // Errors name the collective and what is wrong.
     let e =
         Tensor::zeros(&[4], DType::F32)?.all_reduce("data", eager::Reduction::Sum).unwrap_err().to_string();
@@ -375,5 +407,81 @@ fn collectives_over_a_mesh_axis_against_hand_computed_blocks() -> Result<()> {
     assert!(e.contains("no dim of f32[4, 6] is split over mesh axis \"model\""), "{e}");
     let e = x.ppermute("data", &[(0, 1), (1, 1)]).unwrap_err().to_string();
     assert!(e.contains("each destination once"), "{e}");
+    Ok(())
+}
+
+/// Every collective over "data" of `a[0]`, as a compiled function returns them.
+fn every_collective(a: &[Tensor]) -> Result<Vec<Tensor>> {
+    use eager::Reduction::{Max, Mean, Sum};
+    let x = &a[0];
+    Ok(vec![
+        x.all_reduce("data", Sum)?,
+        x.all_reduce("data", Mean)?,
+        x.neg()?.all_reduce("data", Max)?,
+        x.all_gather("data")?,
+        x.reduce_scatter("data", 1)?,
+        x.all_to_all("data", 0, 1)?,
+        x.ppermute("data", &[(0, 1), (1, 0)])?,
+    ])
+}
+
+#[test]
+fn collectives_inside_a_compiled_function_equal_their_eager_form() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let host: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    let x = Tensor::from_slice(&host, &[4, 6])?.shard(&m, &P::new(&[Some("data")]))?;
+    let want = every_collective(std::slice::from_ref(&x))?;
+
+    let f = eager::compile("every_collective", every_collective);
+    let mark = profiler::next_seq();
+    let got = f.call(&[&x])?;
+    let programs: Vec<_> =
+        profiler::events_since(mark).into_iter().filter(|e| e.info.mesh.is_some()).collect();
+    assert_eq!(
+        programs.len(),
+        1,
+        "one SPMD program: {:?}",
+        programs.iter().map(|e| e.name()).collect::<Vec<_>>()
+    );
+    assert_eq!(programs[0].name(), "every_collective");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!((values(g), g.shape()), (values(w), w.shape()), "collective {i}");
+        assert_eq!(
+            g.sharding().map(|s| s.spec().clone()),
+            w.sharding().map(|s| s.spec().clone()),
+            "collective {i} leaves its result split as eagerly"
+        );
+    }
+    // The splits are constraints of the one program, and the partitioner made collectives.
+    let text = f.program_text(&[&x])?;
+    assert!(text.contains("\"sdy.sharding_constraint\""), "{text}");
+    let collectives = collectives_since(mark);
+    for kind in ["all-reduce", "collective-permute"] {
+        assert!(collectives.iter().any(|c| c.starts_with(kind)), "no {kind} in {collectives:?}");
+    }
+
+    // Gradients through collectives in a compiled function equal the eager ones.
+    let w = Var::parameter("w", Tensor::randn(&[4, 6], DType::F32)?.shard(&m, &P::new(&[Some("data")]))?)?;
+    let loss_of = |x: &Tensor| -> Result<Tensor> {
+        let mixed = w.get().mul(x)?.ppermute("data", &[(0, 1), (1, 0)])?;
+        let summed = mixed.all_reduce("data", eager::Reduction::Sum)?;
+        summed.mul(&summed)?.sum_all()
+    };
+    loss_of(&x)?.backward()?;
+    let eager_grad = values(&w.grad().expect("w has a gradient"));
+    w.zero_grad();
+    let step = eager::compile("collective_grad", |a: &[Tensor]| {
+        loss_of(&a[0])?.backward()?;
+        Ok(vec![w.grad().expect("w has a gradient")])
+    });
+    let compiled_grad = step.call(&[&x])?;
+    assert_eq!(values(&compiled_grad[0]), eager_grad);
+
+    // A function over one mesh: another mesh inside is a clear error.
+    let other = Mesh::new(&[("data", 4)])?;
+    let g = eager::compile("two_meshes", |a: &[Tensor]| Ok(vec![a[0].replicate(&other)?]));
+    let e = g.call(&[&x]).unwrap_err().to_string();
+    assert!(e.contains("runs over one mesh"), "{e}");
     Ok(())
 }

@@ -98,7 +98,7 @@ pub(crate) trait CompositeOps: Operand {
         let (l, s) = (scores.shape_of()[scores.rank_of() - 2], scores.shape_of()[scores.rank_of() - 1]);
         let mut keep = mask.cloned();
         if causal {
-            let lower = Self::full_on(&[l, s], 1.0, crate::dtype::DType::Bool, q.device())?.tril(0)?;
+            let lower = q.full_at(&[l, s], 1.0, crate::dtype::DType::Bool)?.tril(0)?;
             keep = Some(match keep {
                 Some(m) => m.where_cond(&lower, &m)?, // m and lower
                 None => lower,
@@ -125,9 +125,9 @@ pub(crate) trait CompositeOps: Operand {
         }
         let mut shape = self.shape_of().to_vec();
         shape.push(classes);
-        let zeros = Self::full_on(&shape, 0.0, crate::dtype::DType::I64, self.device())?;
+        let zeros = self.full_at(&shape, 0.0, crate::dtype::DType::I64)?;
         let index = self.unsqueeze(-1)?;
-        let ones = Self::full_on(index.shape_of(), 1.0, crate::dtype::DType::I64, self.device())?;
+        let ones = self.full_at(index.shape_of(), 1.0, crate::dtype::DType::I64)?;
         zeros.scatter_add(-1, &index, &ones)
     }
 

@@ -113,13 +113,18 @@ pub(crate) trait CreateOps: Operand {
         Self::apply(Op::Fill(Fill { shape: shape.into() }), &[&v], None)
     }
 
-    /// `value` in this operand's shape and dtype, where it is.
-    fn full_like(&self, value: f64) -> Result<Self> {
-        let v = self.scalar_like(value)?;
-        if self.rank_of() == 0 {
+    /// `value` in `shape` and `dtype`, where this operand is (see [`Operand::scalar_at`]).
+    fn full_at(&self, shape: &[usize], value: f64, dtype: DType) -> Result<Self> {
+        let v = self.scalar_at(value, dtype)?;
+        if shape.is_empty() {
             return Ok(v);
         }
-        Self::apply(Op::Fill(Fill { shape: self.shape_of().into() }), &[&v], None)
+        Self::apply(Op::Fill(Fill { shape: shape.into() }), &[&v], None)
+    }
+
+    /// `value` in this operand's shape and dtype, where it is.
+    fn full_like(&self, value: f64) -> Result<Self> {
+        self.full_at(self.shape_of(), value, self.dtype_of())
     }
 
     fn zeros_like(&self) -> Result<Self> {
@@ -132,12 +137,16 @@ pub(crate) trait CreateOps: Operand {
 
     /// `[start, start + step, …]` below `end` (like `torch.arange`).
     fn arange_on(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Self> {
-        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
-            return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
-        }
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let n = arange_len(start, end, step)?;
         let s = Self::scalar_on(start, dtype, device)?;
         let d = Self::scalar_on(step, dtype, device)?;
+        Self::apply(Op::Arange(Arange { n, dtype }), &[&s, &d], None)
+    }
+
+    /// [`CreateOps::arange_on`] where this operand is (see [`Operand::scalar_at`]).
+    fn arange_at(&self, start: f64, end: f64, step: f64, dtype: DType) -> Result<Self> {
+        let n = arange_len(start, end, step)?;
+        let (s, d) = (self.scalar_at(start, dtype)?, self.scalar_at(step, dtype)?);
         Self::apply(Op::Arange(Arange { n, dtype }), &[&s, &d], None)
     }
 
@@ -147,6 +156,14 @@ pub(crate) trait CreateOps: Operand {
 }
 
 impl<T: Operand> CreateOps for T {}
+
+/// How many elements `arange(start, end, step)` has, or an error for a range with none.
+fn arange_len(start: f64, end: f64, step: f64) -> Result<usize> {
+    if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+        return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
+    }
+    Ok(((end - start) / step).ceil().max(0.0) as usize)
+}
 
 #[cfg(test)]
 mod tests {

@@ -121,7 +121,7 @@ impl OpDef for IndexSelect {
         let k = gp.shape_of()[0];
         let rest: Vec<usize> = gp.shape_of()[1..].to_vec();
         let g2 = gp.reshape(&[k as isize, -1])?;
-        let positions = T::arange_on(0.0, n as f64, 1.0, idx.dtype_of(), idx.device())?;
+        let positions = idx.arange_at(0.0, n as f64, 1.0, idx.dtype_of())?;
         let onehot = idx.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(g.dtype_of())?;
         let scattered = onehot.t()?.matmul(&g2)?;
         let mut full: Vec<isize> = vec![n as isize];

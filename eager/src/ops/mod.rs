@@ -23,6 +23,7 @@ pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod scan;
+pub mod shard;
 pub mod sort;
 
 use smallvec::SmallVec;
@@ -47,6 +48,7 @@ pub use pool::{MaxPoolGrad, Pool, PoolKind};
 pub use random::{Dist, Random};
 pub use reduce::{Reduce, ReduceKind};
 pub use scan::{Scan, ScanKind};
+pub use shard::Shard;
 pub use sort::Argsort;
 
 /// Dims of an attribute (inline up to 4).
@@ -86,6 +88,11 @@ pub(crate) trait OpDef {
     /// an output dim with no source is whole on every device. The default: none.
     fn dim_sources(&self, _inputs: &[Spec], _output: &Spec) -> DimSources {
         DimSources::new()
+    }
+    /// The mesh axes each result dim is split over, when the op itself fixes them (only
+    /// [`Shard`]): they win over [`OpDef::dim_sources`].
+    fn result_axes(&self) -> Option<&[Vec<String>]> {
+        None
     }
 }
 
@@ -160,6 +167,10 @@ macro_rules! ops {
             pub fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
                 match self { $(Op::$variant(o) => o.dim_sources(inputs, output),)* }
             }
+            /// The result's split, when the op fixes it (see [`OpDef::result_axes`]).
+            pub fn result_axes(&self) -> Option<&[Vec<String>]> {
+                match self { $(Op::$variant(o) => o.result_axes(),)* }
+            }
         }
     };
 }
@@ -200,6 +211,8 @@ ops! {
     Arange(Arange),
     Eye(Eye),
     Random(Random),
+    /// The same values with their split over the mesh pinned (a Shardy constraint).
+    Shard(Shard),
     /// A call of a compiled function: one program of many ops (see [`crate::compile`]).
     Call(Call),
 }
@@ -244,10 +257,14 @@ pub(crate) trait Operand: Clone + Sized {
     fn rank_of(&self) -> usize {
         self.spec().rank()
     }
-    /// A scalar of this operand's dtype, where it is (on its device; a tensor split over a
-    /// mesh gets one on every device of the mesh).
+    /// A scalar of `dtype` where this operand is (on its device; a tensor split over a mesh
+    /// gets one on every device of the mesh, so what is built from it joins the mesh too).
+    fn scalar_at(&self, v: f64, dtype: DType) -> Result<Self> {
+        Self::scalar_on(v, dtype, self.device())
+    }
+    /// A scalar of this operand's dtype, where it is.
     fn scalar_like(&self, v: f64) -> Result<Self> {
-        Self::scalar_on(v, self.dtype_of(), self.device())
+        self.scalar_at(v, self.dtype_of())
     }
     /// Dim `dim` (negative counts from the end), or an error naming `op`.
     fn dim(&self, op: &'static str, dim: isize) -> Result<usize> {

@@ -4,8 +4,9 @@
 //! ops on that view (so it has gradients, runs eagerly and inside `eager::compile`), and the
 //! result is split as the collective leaves it; XLA's partitioner turns the data movement
 //! into the collective itself (`all-reduce`, `all-gather`, `all-to-all`,
-//! `collective-permute`), which the profiler lists per program. Eager only for now: a
-//! traced value inside `eager::compile` carries no split to take blocks of.
+//! `collective-permute`), which the profiler lists per program. Inside `eager::compile` a
+//! traced value's split is the one its ops' rules give it, and the result's split becomes a
+//! sharding constraint of the program, so the same collective lands in the one program.
 
 use crate::error::{Error, Result};
 use crate::mesh::{PartitionSpec, Sharding};
@@ -25,10 +26,6 @@ impl Tensor {
     /// The sharding, and the dim split over exactly mesh axis `axis` with its size; an error
     /// naming `op` otherwise.
     fn split_over(&self, op: &'static str, axis: &str) -> Result<(Sharding, usize, usize)> {
-        if self.is_traced() {
-            let msg = "inside a compiled function a traced value has no split yet: call collectives eagerly";
-            return Err(Error::invalid(op, msg));
-        }
         let s = self.sharding().cloned().ok_or_else(|| {
             Error::invalid(
                 op,

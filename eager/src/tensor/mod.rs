@@ -235,10 +235,10 @@ impl Operand for Tensor {
     fn scalar_on(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         dispatch::scalar(value, dtype, device)
     }
-    fn scalar_like(&self, value: f64) -> Result<Tensor> {
+    fn scalar_at(&self, value: f64, dtype: DType) -> Result<Tensor> {
         match self.sharding() {
-            Some(s) => sharded::replicated_scalar(value, self.dtype(), s.mesh()),
-            None => dispatch::scalar(value, self.dtype(), self.device()),
+            Some(s) => sharded::replicated_scalar(value, dtype, s.mesh()),
+            None => dispatch::scalar(value, dtype, self.device()),
         }
     }
     fn rng_state(device: Device) -> Result<Tensor> {

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use crate::cache::{OpKey, Partitioned};
 use crate::error::{Error, Result};
 use crate::mesh::{Mesh, PartitionSpec, Sharding};
-use crate::ops::Op;
+use crate::ops::{Op, Shard};
 use crate::pjrt::Buffer;
 use crate::profiler::OpInfo;
 use crate::runtime::{self, Arg, Completion, Runtime, Source};
@@ -48,9 +48,13 @@ impl Tensor {
         Tensor { inner: Arc::new(inner), autograd: None }
     }
 
-    /// How this tensor is split over a mesh; `None` for a tensor on one device.
+    /// How this tensor is split over a mesh; `None` for a tensor on one device. Inside a
+    /// compiled function, a traced value's split is what the ops' rules give it.
     pub fn sharding(&self) -> Option<&Sharding> {
-        self.inner.shards.as_ref().map(|s| &s.sharding)
+        match &self.inner.shards {
+            Some(s) => Some(&s.sharding),
+            None => self.inner.traced.as_ref()?.split(),
+        }
     }
 
     /// This tensor split over `mesh` as `spec` says (JAX's `device_put` with a
@@ -58,15 +62,20 @@ impl Tensor {
     /// evenly; an unknown axis name is an error.
     pub fn shard(&self, mesh: &Mesh, spec: &PartitionSpec) -> Result<Tensor> {
         let sharding = Sharding::new(mesh, spec, self.shape())?;
+        let pin = || Op::Shard(Shard { axes: sharding.spec().dims().to_vec() });
+        if self.trace_ref().is_some() {
+            // Inside a compiled function: a constraint the partitioner follows, always
+            // written (what eager knows of a traced value's split is its own rule's guess).
+            crate::compile::use_mesh(mesh, "shard")?;
+            return super::dispatch::dispatch(pin(), &[self], None);
+        }
         if self.sharding() == Some(&sharding) {
             return Ok(self.clone());
         }
         if self.sharding().is_some_and(|s| s.mesh() == mesh) {
-            // Another split on the same mesh: an SPMD identity whose result is split anew
-            // (the partitioner moves the blocks between devices; nothing goes to the host).
-            let same = crate::ops::Reshape { shape: self.shape().into() };
-            let mut out = dispatch_partitioned_all(Op::Reshape(same), &[self], |_, _| Some(spec.clone()))?;
-            return Ok(out.swap_remove(0).with_host_bounds(self.host_bounds()));
+            // Another split on the same mesh: one SPMD program moves the blocks between
+            // devices (nothing goes to the host).
+            return Ok(super::dispatch::dispatch(pin(), &[self], None)?.with_host_bounds(self.host_bounds()));
         }
         let whole = super::dispatch::download(self)?;
         let elem = self.dtype().size_in_bytes();
@@ -253,9 +262,13 @@ pub(crate) fn dispatch_partitioned_all(
         .collect())
 }
 
-/// The result's split: each output dim takes the mesh axes of the first of its source dims
-/// that has some none of the other output dims took already.
-fn result_spec(op: &Op, inputs: &[Spec], shardings: &[&Sharding], output: &Spec) -> PartitionSpec {
+/// The result's split: the op's own ([`Op::result_axes`]) if it fixes one; else each output
+/// dim takes the mesh axes of the first of its source dims that has some none of the other
+/// output dims took already.
+pub(crate) fn result_spec(op: &Op, inputs: &[Spec], shardings: &[&Sharding], output: &Spec) -> PartitionSpec {
+    if let Some(axes) = op.result_axes() {
+        return PartitionSpec::from_dims(axes.to_vec());
+    }
     let mut used: Vec<&str> = Vec::new();
     let mut dims = Vec::with_capacity(output.rank());
     for sources in op.dim_sources(inputs, output) {
