@@ -332,7 +332,7 @@ mod tests {
             estimate: AtomicU64::new(0),
             counted: std::sync::Once::new(),
         };
-        let options = crate::pjrt::COMPILE_OPTIONS;
+        let options = &crate::pjrt::compile_options(crate::pjrt::Tier::Optimized, None);
         let key = cache.key("module", options);
         let flag = b"xla_cpu_enable_fast_min_max";
         assert!(key.windows(flag.len()).any(|w| w == flag));
@@ -340,5 +340,8 @@ mod tests {
         let without = &options[..options.len() - 35];
         assert_eq!(without, b"\x1a\x04\x20\x01\x28\x01\x20\x01");
         assert_ne!(cache.path_for(&key), cache.path_for(&cache.key("module", without)));
+        // The tiers are different programs.
+        let quick = &crate::pjrt::compile_options(crate::pjrt::Tier::Quick, None);
+        assert_ne!(cache.path_for(&key), cache.path_for(&cache.key("module", quick)));
     }
 }

@@ -25,6 +25,9 @@ pub struct OpInfo {
     /// For an SPMD program: the mesh it ran over (`device` is the mesh's first device).
     #[serde(default)]
     pub mesh: Option<MeshInfo>,
+    /// How hard XLA optimized the executable that ran (see [`crate::cache::Tiering`]).
+    #[serde(default)]
+    pub tier: crate::pjrt::Tier,
 }
 
 /// The mesh an SPMD program ran over: its named axes and its devices, partition `i` on
@@ -74,6 +77,8 @@ struct OpInfoWire {
     device: Device,
     #[serde(default)]
     mesh: Option<MeshInfo>,
+    #[serde(default)]
+    tier: crate::pjrt::Tier,
 }
 
 impl<'de> serde::Deserialize<'de> for OpInfo {
@@ -86,6 +91,7 @@ impl<'de> serde::Deserialize<'de> for OpInfo {
             output: w.output,
             device: w.device,
             mesh: w.mesh,
+            tier: w.tier,
         })
     }
 }

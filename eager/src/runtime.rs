@@ -17,7 +17,8 @@ use crate::device::{Device, DeviceKind};
 use crate::disk_cache::DiskCache;
 use crate::error::{Error, Result};
 use crate::ops::IndexCheck;
-use crate::pjrt::{self, Client, DeviceInfo, Executable};
+use crate::ops::Op;
+use crate::pjrt::{self, Client, DeviceInfo, Executable, Tier};
 use crate::plugin;
 use crate::profiler::{profiler, CacheOutcome, EventKind, OpInfo};
 use crate::shape::Spec;
@@ -332,76 +333,187 @@ pub fn synchronize() {
     crate::profiler::wait_for_ops();
 }
 
+/// What [`executable`] found or made: the executable, the op's info, where it came from,
+/// the time that took, and the key's heat (its launches book their device time there).
+pub(crate) struct Fetched {
+    pub(crate) exe: Arc<Executable>,
+    pub(crate) info: Arc<OpInfo>,
+    pub(crate) outcome: CacheOutcome,
+    pub(crate) ns: u64,
+    pub(crate) heat: Arc<crate::cache::Heat>,
+}
+
 /// The executable for `key`: from memory, else from the persistent cache, else compiled (and
-/// stored in both). Returns it with the op's info, where it came from and the time it took.
-pub(crate) fn executable(
-    rt: &Runtime,
-    key: OpKey,
-    start: Instant,
-) -> Result<(Arc<Executable>, Arc<OpInfo>, CacheOutcome, u64)> {
-    if let Some((exe, info)) = cache().lookup(&key) {
-        return Ok((exe, info, CacheOutcome::Hit, 0));
-    }
-    let output = key.op.infer(&key.inputs)?;
-    let info = Arc::new(OpInfo {
-        name: key.op.name(),
-        attrs: key.op.attrs(),
-        inputs: key.inputs.to_vec(),
-        output,
-        device: key.device,
-        mesh: key.partitioned.as_ref().map(|p| crate::profiler::MeshInfo {
-            axes: p.mesh.axes().to_vec(),
-            devices: p.mesh.devices().to_vec(),
-            splits: p.splits.to_vec(),
-            collectives: Vec::new(),
-        }),
-    });
-    let mut mlir = key.op.emit_module(&key.inputs, &info.output);
-    let signature = info.signature();
-    let mut options = std::borrow::Cow::Borrowed(pjrt::COMPILE_OPTIONS);
-    if let Some(p) = &key.partitioned {
-        // One SPMD program over the mesh, each partition on its device.
-        let params: Vec<(&Spec, &str)> =
-            key.inputs.iter().zip(&p.inputs).map(|(s, h)| (s, h.as_str())).collect();
-        let specs: Vec<&Spec> = std::iter::once(&info.output).chain(key.op.more_outputs()).collect();
-        let mut results: Vec<(&Spec, &str)> =
-            specs.into_iter().zip(&p.outputs).map(|(s, h)| (s, h.as_str())).collect();
-        // An index check, over all the indices, is whole on every device.
-        let (check, whole) = (Spec::new(&[2], crate::dtype::DType::I64), crate::ops::Shard::sdy(&[], 1));
-        if key.op.index_check(&key.inputs).is_some() {
-            results.push((&check, whole.as_str()));
+/// stored in both). A new key is compiled at the quick tier (unless it is a compiled
+/// function, which its user asked to optimize, or the persistent cache holds it optimized);
+/// a lookup that finds the key hot starts its optimized compile in the background.
+pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fetched> {
+    if let Some(f) = cache().lookup(&key) {
+        if f.promote {
+            promote(key);
         }
-        mlir = crate::ops::emit::partitioned(&mlir, &p.mesh.sdy(), p.mesh.size(), &params, &results);
-        let ids: Vec<i32> =
-            p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
-        options = std::borrow::Cow::Owned(pjrt::spmd_compile_options(&ids));
+        return Ok(Fetched { exe: f.exe, info: f.info, outcome: CacheOutcome::Hit, ns: 0, heat: f.heat });
     }
-    let options = options.as_ref();
-    let loaded = rt.disk.as_ref().and_then(|d| d.load(&rt.client, &mlir, options, &signature));
-    let (exe, outcome) = match loaded {
-        Some(exe) => (exe, CacheOutcome::DiskHit),
+    let tier = match key.op {
+        Op::Call(_) => Tier::Optimized,
+        _ => cache().first_tier(),
+    };
+    let mut fetched = None;
+    if tier == Tier::Quick {
+        // Optimized in an earlier run: load that.
+        let program = Program::of(rt, &key, Tier::Optimized)?;
+        fetched = program.load(rt).map(|exe| (program, exe));
+    }
+    let (program, exe, outcome) = match fetched {
+        Some((program, exe)) => (program, exe, CacheOutcome::DiskHit),
         None => {
-            let exe =
-                rt.client.compile(&mlir, options).map_err(Error::pjrt(format!("compiling {signature}")))?;
-            if let Some(d) = &rt.disk {
-                d.store(&exe, &mlir, options, &signature);
+            let program = Program::of(rt, &key, tier)?;
+            match program.load(rt) {
+                Some(exe) => (program, exe, CacheOutcome::DiskHit),
+                None => {
+                    let exe = program.compile(rt)?;
+                    (program, exe, CacheOutcome::Miss)
+                }
             }
-            (exe, CacheOutcome::Miss)
         }
     };
-    // What the partitioner put in an SPMD program to move data between devices.
-    let info = match &info.mesh {
-        Some(mesh) => {
-            let program = exe.optimized_program().unwrap_or_default();
-            let mesh = crate::profiler::MeshInfo { collectives: collectives_in(&program), ..mesh.clone() };
-            Arc::new(OpInfo { mesh: Some(mesh), ..(*info).clone() })
-        }
-        None => info,
-    };
-    let exe = Arc::new(exe);
+    let (exe, info) = program.finish(exe);
     let ns = start.elapsed().as_nanos() as u64;
-    cache().insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
-    Ok((exe, info, outcome, ns))
+    let heat = cache().insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
+    Ok(Fetched { exe, info, outcome, ns, heat })
+}
+
+/// One key's program at one tier: its text, compile options and info.
+struct Program {
+    mlir: String,
+    options: Vec<u8>,
+    info: Arc<OpInfo>,
+}
+
+impl Program {
+    fn of(rt: &Runtime, key: &OpKey, tier: Tier) -> Result<Program> {
+        let output = key.op.infer(&key.inputs)?;
+        let info = Arc::new(OpInfo {
+            name: key.op.name(),
+            attrs: key.op.attrs(),
+            inputs: key.inputs.to_vec(),
+            output,
+            device: key.device,
+            mesh: key.partitioned.as_ref().map(|p| crate::profiler::MeshInfo {
+                axes: p.mesh.axes().to_vec(),
+                devices: p.mesh.devices().to_vec(),
+                splits: p.splits.to_vec(),
+                collectives: Vec::new(),
+            }),
+            tier,
+        });
+        let mut mlir = key.op.emit_module(&key.inputs, &info.output);
+        let mut options = pjrt::compile_options(tier, None);
+        if let Some(p) = &key.partitioned {
+            // One SPMD program over the mesh, each partition on its device.
+            let params: Vec<(&Spec, &str)> =
+                key.inputs.iter().zip(&p.inputs).map(|(s, h)| (s, h.as_str())).collect();
+            let specs: Vec<&Spec> = std::iter::once(&info.output).chain(key.op.more_outputs()).collect();
+            let mut results: Vec<(&Spec, &str)> =
+                specs.into_iter().zip(&p.outputs).map(|(s, h)| (s, h.as_str())).collect();
+            // An index check, over all the indices, is whole on every device.
+            let (check, whole) = (Spec::new(&[2], crate::dtype::DType::I64), crate::ops::Shard::sdy(&[], 1));
+            if key.op.index_check(&key.inputs).is_some() {
+                results.push((&check, whole.as_str()));
+            }
+            mlir = crate::ops::emit::partitioned(&mlir, &p.mesh.sdy(), p.mesh.size(), &params, &results);
+            let ids: Vec<i32> =
+                p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
+            options = pjrt::compile_options(tier, Some(&ids));
+        }
+        Ok(Program { mlir, options, info })
+    }
+
+    /// From the persistent cache, if it holds it.
+    fn load(&self, rt: &Runtime) -> Option<Executable> {
+        rt.disk.as_ref()?.load(&rt.client, &self.mlir, &self.options, &self.info.signature())
+    }
+
+    /// Compiled now (and stored in the persistent cache).
+    fn compile(&self, rt: &Runtime) -> Result<Executable> {
+        let signature = self.info.signature();
+        let exe = rt
+            .client
+            .compile(&self.mlir, &self.options)
+            .map_err(Error::pjrt(format!("compiling {signature}")))?;
+        if let Some(d) = &rt.disk {
+            d.store(&exe, &self.mlir, &self.options, &signature);
+        }
+        Ok(exe)
+    }
+
+    /// The executable with its info, and what the partitioner put in an SPMD program to move
+    /// data between devices.
+    fn finish(self, exe: Executable) -> (Arc<Executable>, Arc<OpInfo>) {
+        let info = match &self.info.mesh {
+            Some(mesh) => {
+                let program = exe.optimized_program().unwrap_or_default();
+                let mesh = crate::profiler::MeshInfo { collectives: collectives_in(&program), ..mesh.clone() };
+                Arc::new(OpInfo { mesh: Some(mesh), ..(*self.info).clone() })
+            }
+            None => self.info,
+        };
+        (Arc::new(exe), info)
+    }
+}
+
+/// Hot keys waiting for their optimized compile, and the one background thread that compiles
+/// them (a low-priority queue: dispatch never waits on it).
+#[derive(Default)]
+struct Promoter {
+    queue: Mutex<Option<std::sync::mpsc::Sender<OpKey>>>,
+    pending: Mutex<usize>,
+    idle: std::sync::Condvar,
+}
+
+static PROMOTER: Shared<Promoter> = Shared::new("eager::runtime::Promoter", Promoter::default);
+
+/// Queues `key`'s optimized compile (starting the background thread on first use).
+fn promote(key: OpKey) {
+    let p = PROMOTER.get();
+    *lock(&p.pending) += 1;
+    let mut queue = lock(&p.queue);
+    let sender = queue.get_or_insert_with(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<OpKey>();
+        let spawned = std::thread::Builder::new().name("eager-optimize".into()).spawn(move || {
+            for key in rx {
+                let start = Instant::now();
+                let optimized = runtime(key.device.kind).ok().and_then(|rt| {
+                    let program = Program::of(&rt, &key, Tier::Optimized).ok()?;
+                    let exe = program.load(&rt).or_else(|| program.compile(&rt).ok())?;
+                    Some(program.finish(exe))
+                });
+                cache().promote(&key, optimized, start.elapsed().as_nanos() as u64);
+                let p = PROMOTER.get();
+                let mut pending = lock(&p.pending);
+                *pending -= 1;
+                if *pending == 0 {
+                    p.idle.notify_all();
+                }
+            }
+        });
+        // Without a thread the sends fail: keys stay quick (`promoting` keeps them from retrying).
+        drop(spawned);
+        tx
+    });
+    if sender.send(key).is_err() {
+        *lock(&p.pending) -= 1;
+    }
+}
+
+/// Waits until every hot key's optimized compile queued so far is swapped in (benchmarks and
+/// tests that want steady figures).
+pub fn wait_for_promotions() {
+    let p = PROMOTER.get();
+    let mut pending = lock(&p.pending);
+    while *pending > 0 {
+        pending = p.idle.wait(pending).unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
 }
 
 /// The collectives of an optimized program (a serialized `HloModuleProto`), in order: each
@@ -467,7 +579,7 @@ pub(crate) fn execute(
     let more_outputs: SmallVec<[Spec; 1]> = key.op.more_outputs().iter().cloned().collect();
     let index_check = key.op.index_check(&key.inputs);
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
-    let (exe, info, outcome, compile_ns) = executable(rt, key, start)?;
+    let Fetched { exe, info, outcome, ns: compile_ns, heat } = executable(rt, key, start)?;
     let exec_start = Instant::now();
     let buffers: SmallVec<[&pjrt::Buffer; 4]> = args.iter().map(|a| a.buffer).collect();
     let mut out = SmallVec::new();
@@ -509,7 +621,7 @@ pub(crate) fn execute(
                     Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
                 let _ = this.failure.set(Arc::new(failure));
             }
-            book_finished(&this, &inputs_done, &[device], enqueued_at, seq);
+            book_finished(&this, &inputs_done, &[device], enqueued_at, seq, &heat);
         });
         if registered.is_err() {
             // The plugin cannot call back: fall back to waiting here.
@@ -543,7 +655,7 @@ pub(crate) fn execute_partitioned(
     let index_check = key.op.index_check(&key.inputs);
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let more_outputs: Vec<Spec> = key.op.more_outputs().to_vec();
-    let (exe, info, outcome, compile_ns) = executable(rt, key, start)?;
+    let Fetched { exe, info, outcome, ns: compile_ns, heat } = executable(rt, key, start)?;
     let exec_start = Instant::now();
     let buffers: Vec<Vec<&pjrt::Buffer>> =
         args.iter().map(|a| a.iter().map(|a| a.buffer).collect()).collect();
@@ -584,7 +696,7 @@ pub(crate) fn execute_partitioned(
         p.op_done();
     }
     for done in events {
-        let (this, op_info, remaining) = (completion.clone(), info.clone(), left.clone());
+        let (this, op_info, remaining, heat) = (completion.clone(), info.clone(), left.clone(), heat.clone());
         let inputs_done: SmallVec<[Arc<Completion>; 3]> =
             args[0].iter().map(|a| a.completion.clone()).collect();
         let registered = done.on_ready(&rt.client.api, move |outcome| {
@@ -596,7 +708,7 @@ pub(crate) fn execute_partitioned(
             // The last partition to finish completes the op, on every device of the mesh.
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let devices = op_info.mesh.as_ref().map(|m| m.devices.as_slice()).unwrap_or(&[]);
-                book_finished(&this, &inputs_done, devices, enqueued_at, seq);
+                book_finished(&this, &inputs_done, devices, enqueued_at, seq, &heat);
             }
         });
         if registered.is_err() {
@@ -631,6 +743,7 @@ fn book_finished(
     devices: &[Device],
     enqueued_at: u64,
     seq: Option<u64>,
+    heat: &crate::cache::Heat,
 ) {
     let p = profiler();
     let end = p.now_ns().max(1);
@@ -640,6 +753,7 @@ fn book_finished(
         .fold(enqueued_at, u64::max);
     let began = inputs.iter().map(|c| c.ready_ns.load(Ordering::Acquire)).fold(finished_before, u64::max);
     completion.ready_ns.store(end, Ordering::Release);
+    heat.add(end.saturating_sub(began));
     if let Some(seq) = seq {
         p.complete(seq, end.saturating_sub(began));
     }
@@ -728,6 +842,7 @@ fn record_transfer(
         output: spec.clone(),
         device,
         mesh: None,
+        tier: Default::default(),
     });
     profiler().record(kind, &info, None, start, 0, ns, spec.size_in_bytes() as u64);
 }

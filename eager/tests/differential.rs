@@ -1350,9 +1350,13 @@ fn bad_indices_are_errors_naming_op_index_and_size() -> Result<()> {
     Ok(())
 }
 
-/// All compiles carry the NaN-propagating min/max flag, so the disk cache keys on it too.
+/// All compiles, at every tier, carry the NaN-propagating min/max flag, so the disk cache
+/// keys on it too.
 #[test]
 fn compile_options_carry_nan_propagating_min_max() {
+    use eager::pjrt::{compile_options, Tier};
     let flag = b"xla_cpu_enable_fast_min_max";
-    assert!(eager::pjrt::COMPILE_OPTIONS.windows(flag.len()).any(|w| w == flag));
+    for options in [compile_options(Tier::Quick, None), compile_options(Tier::Optimized, Some(&[0, 1]))] {
+        assert!(options.windows(flag.len()).any(|w| w == flag));
+    }
 }

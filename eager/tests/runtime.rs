@@ -161,7 +161,7 @@ fn pjrt_errors_carry_code_and_message() {
     let rt = runtime::runtime(DeviceKind::Cpu).unwrap();
     let err = rt
         .client
-        .compile("module @m { func.func public @main() -> () { \"stablehlo.addd\"() : () -> () \"func.return\"() : () -> () } }", eager::pjrt::COMPILE_OPTIONS)
+        .compile("module @m { func.func public @main() -> () { \"stablehlo.addd\"() : () -> () \"func.return\"() : () -> () } }", &eager::pjrt::compile_options(eager::pjrt::Tier::Optimized, None))
         .err()
         .expect("invalid MLIR");
     assert_ne!(err.code, 0);

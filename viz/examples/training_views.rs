@@ -155,6 +155,7 @@ fn info(name: &'static str, attrs: &str, width: usize) -> Arc<OpInfo> {
         output: spec,
         device: Device::cpu(),
         mesh: None,
+        tier: Default::default(),
     })
 }
 

@@ -69,4 +69,4 @@ pub use chart::{compare, line_chart, Chart, ChartKind, Comparison, LineChart, Pn
 pub use error::{Error, Result};
 pub use hint::{Hint, RECOMPILE_THRESHOLD};
 pub use profile::{profile, start, Profile, Recorder};
-pub use table::{Row, SpmdSummary, Table, TABLE_ROWS};
+pub use table::{Row, SpmdSummary, Table, TierSummary, TABLE_ROWS};

@@ -82,6 +82,40 @@ pub struct Table {
     /// What ran over meshes: SPMD dispatches, their distinct programs, and the collectives
     /// those dispatches ran (`all-reduce` ×12), most first.
     pub spmd: Option<SpmdSummary>,
+    /// Which tier the executables that ran were compiled at (`None` when all optimized).
+    pub tiers: Option<TierSummary>,
+}
+
+/// Op dispatches per compile tier, and the keys seen at both (swapped as they turned hot).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TierSummary {
+    pub quick: u64,
+    pub optimized: u64,
+    pub swapped: usize,
+}
+
+impl TierSummary {
+    fn of(profile: &Profile) -> Option<TierSummary> {
+        use eager::pjrt::Tier;
+        let mut s = TierSummary::default();
+        let mut quick_keys: Vec<&eager::profiler::OpInfo> = Vec::new();
+        let mut optimized_keys: Vec<&eager::profiler::OpInfo> = Vec::new();
+        for e in profile.ops() {
+            let (count, keys) = match e.info.tier {
+                Tier::Quick => (&mut s.quick, &mut quick_keys),
+                Tier::Optimized => (&mut s.optimized, &mut optimized_keys),
+            };
+            *count += 1;
+            if !keys.contains(&&*e.info) {
+                keys.push(&e.info);
+            }
+        }
+        let same_key = |a: &eager::profiler::OpInfo, b: &eager::profiler::OpInfo| {
+            (a.name, &a.attrs, &a.inputs, a.device) == (b.name, &b.attrs, &b.inputs, b.device)
+        };
+        s.swapped = quick_keys.iter().filter(|q| optimized_keys.iter().any(|o| same_key(q, o))).count();
+        (s.quick > 0).then_some(s)
+    }
 }
 
 /// The SPMD part of a profile (see [`Table::spmd`]).
@@ -176,6 +210,7 @@ impl Table {
             lost: profile.lost(),
             hints: profile.hints().iter().map(|h| h.to_string()).collect(),
             spmd: SpmdSummary::of(profile),
+            tiers: TierSummary::of(profile),
         }
     }
 
@@ -248,6 +283,16 @@ impl Table {
                 s.dispatches,
                 s.programs,
                 if s.programs == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(t) = &self.tiers {
+            lines.push(format!(
+                "tiers: {} dispatches ran quick-compiled executables, {} optimized; {} key{} swapped to optimized as {} turned hot",
+                t.quick,
+                t.optimized,
+                t.swapped,
+                if t.swapped == 1 { "" } else { "s" },
+                if t.swapped == 1 { "it" } else { "they" }
             ));
         }
         if self.lost > 0 {

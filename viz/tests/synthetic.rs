@@ -10,7 +10,7 @@ use viz::{ChartKind, Profile, RECOMPILE_THRESHOLD};
 fn info(name: &'static str, attrs: &str, shapes: &[&[usize]], device: Device) -> Arc<OpInfo> {
     let inputs: Vec<Spec> = shapes.iter().map(|s| Spec::new(s, DType::F32)).collect();
     let output = inputs.first().cloned().unwrap_or_else(|| Spec::new(&[], DType::F32));
-    Arc::new(OpInfo { name, attrs: attrs.into(), inputs, output, device, mesh: None })
+    Arc::new(OpInfo { name, attrs: attrs.into(), inputs, output, device, mesh: None, tier: Default::default() })
 }
 
 /// Builds events back to back on one clock, with `gap_ns` of host time between them.
@@ -164,6 +164,37 @@ fn table_counts_sort_and_totals() {
     // Header, three rows, totals.
     assert_eq!(html.matches("<tr").count(), 5);
     assert!(html.contains("host→device") && html.contains("hit rate 66.7%"));
+}
+
+#[test]
+fn the_table_counts_dispatches_per_tier_and_the_keys_swapped() {
+    use eager::pjrt::Tier;
+    let quick = |name, shape: &[usize]| {
+        let i = info(name, "", &[shape], Device::cpu());
+        Arc::new(OpInfo { tier: Tier::Quick, ..(*i).clone() })
+    };
+    let (add_quick, exp_quick) = (quick("add", &[4]), quick("exp", &[4]));
+    let add_optimized = info("add", "", &[&[4]], Device::cpu());
+    let mut log = Log::new();
+    log.op(&add_quick, true);
+    log.op(&add_quick, false);
+    log.op(&exp_quick, true);
+    // add turned hot: its optimized executable ran from then on.
+    log.op(&add_optimized, false);
+    log.op(&add_optimized, false);
+    let t = log.profile().table();
+    assert_eq!(t.tiers, Some(viz::TierSummary { quick: 3, optimized: 2, swapped: 1 }));
+    // One row per op whatever the tier.
+    assert_eq!(t.rows.iter().find(|r| r.op == "add").map(|r| r.calls), Some(4));
+    let text = t.to_text();
+    assert!(
+        text.contains("tiers: 3 dispatches ran quick-compiled executables, 2 optimized; 1 key swapped to optimized as it turned hot"),
+        "{text}"
+    );
+    // All optimized (tiering off, or a compiled function): no line.
+    let mut log = Log::new();
+    log.op(&add_optimized, true);
+    assert_eq!(log.profile().table().tiers, None);
 }
 
 #[test]

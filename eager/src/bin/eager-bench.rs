@@ -4,7 +4,10 @@
 //! - the raw PJRT floor: the very executable a cached tiny add runs, executed through the
 //!   PJRT layer alone, against our cached `Tensor::add` (and the parts of our hit path);
 //! - a 100-op chain of mixed ops and a 3-layer MLP forward (ops/s, passes/s);
-//! - first calls: compiled cold, and loaded from the disk cache in a fresh process;
+//! - first calls: compiled cold, and loaded from the disk cache in a fresh process, per op
+//!   with the tier it got, and the first step of an MLP 784-256-10 (ms and executables);
+//! - the compile tiers: a one-op compile at each, the execute of large ops at each, and the
+//!   keys swapped to the optimized tier as they turned hot;
 //! - training steps/s of an MLP 784-256-10, the digits CNN and the character GPT of the
 //!   notebooks, eager and compiled into one program; the MLP data-parallel over 1, 2 and 4
 //!   devices, and what a one-op SPMD program takes to compile;
@@ -122,10 +125,35 @@ struct HitPath {
 struct FirstCall {
     op: String,
     outcome: String,
+    /// The compile tier of the executable that ran (`quick`, `optimized`).
+    tier: String,
     /// Time to get the executable (compile or disk load).
     fetch_ms: f64,
     /// The whole first call, result read back.
     first_call_ms: f64,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone)]
+struct FirstStep {
+    ms: f64,
+    /// Distinct executables the step needed (compiled or loaded).
+    executables: usize,
+    /// The next 10 steps (median), before any key turned hot: the quick tier's speed where
+    /// the first step compiled.
+    then_steps_per_s: f64,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone)]
+struct TierExecute {
+    op: String,
+    quick_us: f64,
+    optimized_us: f64,
+}
+
+#[derive(Serialize, Deserialize, Default, Clone)]
+struct ChildReport {
+    ops: Vec<FirstCall>,
+    mlp_first_step: FirstStep,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -140,6 +168,18 @@ struct Report {
     mlp_forward_per_s: f64,
     first_call_cold: Vec<FirstCall>,
     first_call_disk: Vec<FirstCall>,
+    /// The first SGD step of an MLP 784-256-10 (batch 64) in a fresh process, cold and from
+    /// the disk cache the cold run filled.
+    mlp_first_step_cold: FirstStep,
+    mlp_first_step_disk: FirstStep,
+    /// A one-op add (f32[n, 53] + f32[n, 53], fresh shapes), compiled at each tier: medians.
+    add_compile_quick_ms: f64,
+    add_compile_optimized_ms: f64,
+    /// Large ops executed at each tier (median µs of 20 runs, waited for).
+    tier_execute: Vec<TierExecute>,
+    /// Keys swapped to the optimized tier over the whole run, and their background compiles.
+    tier_swaps: u64,
+    tier_swap_compile_ms: f64,
     train_mlp_784_256_10_eager_steps_per_s: f64,
     train_mlp_784_256_10_compiled_steps_per_s: f64,
     train_cnn_digits_eager_steps_per_s: f64,
@@ -190,6 +230,7 @@ fn first_call_ops() -> Result<Vec<FirstCall>> {
         out.push(FirstCall {
             op: label.to_string(),
             outcome: outcome.into(),
+            tier: op.info.tier.to_string(),
             fetch_ms: fetch_ns as f64 / 1e6,
             first_call_ms,
         });
@@ -197,8 +238,100 @@ fn first_call_ops() -> Result<Vec<FirstCall>> {
     Ok(out)
 }
 
-/// Runs the first-call ops in a fresh process with the disk cache at `dir`.
-fn first_call_in_child(dir: &Path) -> anyhow::Result<Vec<FirstCall>> {
+/// The first SGD step of an MLP 784-256-10 in this process: its wall time, result read
+/// back, and the executables it needed.
+fn mlp_first_step() -> Result<FirstStep> {
+    use eager::nn::{self, Linear, Module, Relu, Sequential};
+    use eager::optim::{Optimizer, Sgd};
+    manual_seed(1);
+    let model = Sequential::new().add(Linear::new(784, 256)?).add(Relu).add(Linear::new(256, 10)?);
+    let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
+    let x = Tensor::rand(&[64, 784], DType::F32)?;
+    let y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
+    synchronize();
+    let mark = profiler::next_seq();
+    let t = Instant::now();
+    let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+    loss.backward()?;
+    sgd.step()?;
+    sgd.zero_grad();
+    loss.item::<f32>()?;
+    for p in model.parameters() {
+        p.get().block_until_ready()?;
+    }
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let executables = profiler::events_since(mark)
+        .iter()
+        .filter(|e| matches!(e.cache, Some(CacheOutcome::Miss | CacheOutcome::DiskHit)))
+        .count();
+    let mut steps = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+        loss.backward()?;
+        sgd.step()?;
+        sgd.zero_grad();
+        loss.block_until_ready()?;
+        steps.push(t.elapsed().as_secs_f64());
+    }
+    Ok(FirstStep { ms, executables, then_steps_per_s: 1.0 / median(steps) })
+}
+
+/// Compile medians of a one-op add at `tier`, over fresh shapes (offset by `round`).
+fn add_compile_ms(rt: &runtime::Runtime, tier: eager::pjrt::Tier, round: usize) -> Result<f64> {
+    let mut ms = Vec::new();
+    for n in [37, 41, 43, 47, 53] {
+        let s = eager::Spec::new(&[n + 100 * round, 53], DType::F32);
+        let m = Op::Binary(Binary::Add).emit_module(&[s.clone(), s.clone()], &s);
+        let t = Instant::now();
+        rt.client.compile(&m, &eager::pjrt::compile_options(tier, None)).map_err(|e| Error::Invalid {
+            op: "compile",
+            msg: e.to_string(),
+        })?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(ms))
+}
+
+/// Large ops executed at each tier (what the quick tier costs a hot key until its swap).
+fn tier_execute(rt: &runtime::Runtime) -> Result<Vec<TierExecute>> {
+    use eager::ops::{Reduce, ReduceKind, Unary};
+    use eager::pjrt::{compile_options, Tier};
+    let x = Tensor::rand(&[1 << 22], DType::F32)?;
+    let h = Tensor::rand(&[1024, 1024], DType::F32)?;
+    let a = Tensor::rand(&[512, 512], DType::F32)?;
+    let row_sum = Op::Reduce(Reduce { kind: ReduceKind::Sum, dims: [1].as_slice().into(), keepdim: false });
+    let cases: Vec<(&str, Op, Vec<&Tensor>)> = vec![
+        ("add f32[4M]", Op::Binary(Binary::Add), vec![&x, &x]),
+        ("exp f32[4M]", Op::Unary(Unary::Exp), vec![&x]),
+        ("row sum f32[1024, 1024]", row_sum, vec![&h]),
+        ("matmul f32[512, 512]", Op::Matmul(Matmul), vec![&a, &a]),
+    ];
+    let dev = &rt.client.devices[0];
+    let mut out = Vec::new();
+    for (label, op, inputs) in cases {
+        let specs: Vec<eager::Spec> = inputs.iter().map(|t| t.spec().clone()).collect();
+        let module = op.emit_module(&specs, &op.infer(&specs)?);
+        let buffers: Vec<&Buffer> = inputs.iter().map(|t| t.buffer()).collect::<Result<_>>()?;
+        let mut us = [0.0; 2];
+        for (i, tier) in [Tier::Quick, Tier::Optimized].into_iter().enumerate() {
+            let exe = rt
+                .client
+                .compile(&module, &compile_options(tier, None))
+                .map_err(|e| Error::Invalid { op: "compile", msg: e.to_string() })?;
+            us[i] = time_calls(20, || {
+                let mut o: SmallVec<[Buffer; 1]> = SmallVec::new();
+                exe.execute_and_wait(&buffers, dev, &mut o).unwrap();
+            });
+        }
+        out.push(TierExecute { op: label.into(), quick_us: us[0], optimized_us: us[1] });
+    }
+    Ok(out)
+}
+
+/// Runs the first-call ops and an MLP's first step in a fresh process with the disk cache at
+/// `dir`.
+fn first_call_in_child(dir: &Path) -> anyhow::Result<ChildReport> {
     let out = Command::new(std::env::current_exe()?)
         .arg("--first-call-child")
         .env("EAGER_COMPILE_CACHE", "on")
@@ -242,6 +375,12 @@ fn steps_per_s(
     step: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
 ) -> Result<(f64, f64)> {
     step(x, y)?.block_until_ready()?;
+    // Steady speed: once the step's keys turned hot and were swapped to the optimized tier.
+    let hot = cache::tiering().hot_calls.min(1000) as usize;
+    for _ in 0..hot {
+        step(x, y)?.block_until_ready()?;
+    }
+    runtime::wait_for_promotions();
     let eager_us = time_calls(100, || {
         step(x, y).unwrap().block_until_ready().unwrap();
     });
@@ -383,7 +522,8 @@ fn train_gpt() -> Result<(f64, f64)> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse()?;
     if args.first_call_child {
-        println!("{}", serde_json::to_string(&first_call_ops()?)?);
+        let report = ChildReport { ops: first_call_ops()?, mlp_first_step: mlp_first_step()? };
+        println!("{}", serde_json::to_string(&report)?);
         return Ok(());
     }
     let mut r = Report::default();
@@ -497,8 +637,17 @@ fn main() -> anyhow::Result<()> {
     // First calls in fresh processes: compiled (empty disk cache), then loaded from it.
     let dir = std::env::temp_dir().join(format!("eager-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    r.first_call_cold = first_call_in_child(&dir)?;
-    r.first_call_disk = first_call_in_child(&dir)?;
+    let cold = first_call_in_child(&dir)?;
+    let disk = first_call_in_child(&dir)?;
+    (r.first_call_cold, r.mlp_first_step_cold) = (cold.ops, cold.mlp_first_step);
+    (r.first_call_disk, r.mlp_first_step_disk) = (disk.ops, disk.mlp_first_step);
+
+    // The tiers: what a compile costs at each, and what the quick tier costs large ops.
+    let quick: Vec<f64> = (0..3).map(|i| add_compile_ms(&rt, eager::pjrt::Tier::Quick, i)).collect::<Result<_>>()?;
+    let optimized: Vec<f64> =
+        (0..3).map(|i| add_compile_ms(&rt, eager::pjrt::Tier::Optimized, i + 3)).collect::<Result<_>>()?;
+    (r.add_compile_quick_ms, r.add_compile_optimized_ms) = (median(quick), median(optimized));
+    r.tier_execute = tier_execute(&rt)?;
     let _ = std::fs::remove_dir_all(&dir);
 
     // Matmul throughput, ours against the raw execute of the same executable.
@@ -532,6 +681,8 @@ fn main() -> anyhow::Result<()> {
     synchronize();
     r.rss_after_mib = rss_mib();
 
+    let stats = cache::stats();
+    (r.tier_swaps, r.tier_swap_compile_ms) = (stats.swaps, stats.promote_ns as f64 / 1e6);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -591,12 +742,47 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     println!("  {:<18} {:>22} {:>26}", "op", "cold: compile", "disk cache: load");
     for (c, d) in r.first_call_cold.iter().zip(&r.first_call_disk) {
         println!(
-            "  {:<18} {:>8.1} / {:>7.1} ms ({}) {:>8.1} / {:>7.1} ms ({})",
-            c.op, c.fetch_ms, c.first_call_ms, c.outcome, d.fetch_ms, d.first_call_ms, d.outcome
+            "  {:<18} {:>8.1} / {:>7.1} ms ({}, {}) {:>8.1} / {:>7.1} ms ({}, {})",
+            c.op,
+            c.fetch_ms,
+            c.first_call_ms,
+            c.outcome,
+            c.tier,
+            d.fetch_ms,
+            d.first_call_ms,
+            d.outcome,
+            d.tier
         );
     }
     let sum = |v: &[FirstCall]| v.iter().map(|c| c.fetch_ms).sum::<f64>();
     println!("  total              {:>8.1} ms {:>22.1} ms", sum(&r.first_call_cold), sum(&r.first_call_disk));
+    let (c, d) = (&r.mlp_first_step_cold, &r.mlp_first_step_disk);
+    println!(
+        "  MLP 784-256-10 first SGD step: cold {:.0} ms ({} executables), disk cache {:.1} ms ({} loaded)",
+        c.ms, c.executables, d.ms, d.executables
+    );
+    println!(
+        "    the next 10 steps, before keys turn hot: {:.0} steps/s (cold run), {:.0} (disk run)",
+        c.then_steps_per_s, d.then_steps_per_s
+    );
+    println!("\ncompile tiers (quick: XLA backend level 0, no fusion emitters; optimized: XLA's default):");
+    println!(
+        "  one-op add compile: {:.1} ms quick, {:.1} ms optimized (medians over fresh shapes)",
+        r.add_compile_quick_ms, r.add_compile_optimized_ms
+    );
+    for t in &r.tier_execute {
+        println!(
+            "  execute {:<26} {:>9.0} µs quick {:>9.0} µs optimized ({:.1}x)",
+            t.op,
+            t.quick_us,
+            t.optimized_us,
+            t.quick_us / t.optimized_us
+        );
+    }
+    println!(
+        "  keys swapped to optimized as they turned hot: {} ({:.0} ms of background compiles)",
+        r.tier_swaps, r.tier_swap_compile_ms
+    );
     println!(
         "\nmatmul 1024x1024 f32: eager {:.1} GFLOP/s, raw execute {:.1} GFLOP/s",
         r.matmul_1024_gflops, r.matmul_1024_raw_gflops

@@ -80,7 +80,7 @@ pub fn executable_for(op: Op, inputs: &[&Tensor]) -> Result<Arc<crate::pjrt::Exe
     let device = inputs.first().map(|t| t.device()).unwrap_or_else(default_device);
     let rt = runtime::runtime(device.kind)?;
     let key = OpKey::new(op, inputs.iter().map(|t| t.spec()), device);
-    Ok(runtime::executable(&rt, key, Instant::now())?.0)
+    Ok(runtime::executable(&rt, key, Instant::now())?.exe)
 }
 
 /// Builds the key of `op` on `inputs` and looks it up, as a dispatch does, and nothing else:
