@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::ThreadId;
 
 use smallvec::SmallVec;
@@ -24,7 +24,7 @@ use crate::ops::{Call, Op, Program, ValueDef};
 use crate::runtime::{self, Runtime};
 use crate::shape::Spec;
 use crate::shared::{lock, Shared};
-use crate::tensor::Tensor;
+use crate::tensor::{Lazy, Tensor};
 use crate::var::Var;
 
 /// Where a traced tensor lives: its trace and its value number there, and its split over
@@ -80,6 +80,9 @@ struct Recording {
     /// Vars written, with the value written last, in first-write order.
     writes: Vec<(Var, usize)>,
     ops: usize,
+    /// For a fused region ([`fused`]): each result handed out, by value (weak: a result
+    /// nobody holds any more is no output of the region's program).
+    fused: Option<Vec<(usize, Weak<Lazy>)>>,
 }
 
 /// The process-wide tracing state (shared, so every REPL cell's copy of the library sees one).
@@ -150,10 +153,37 @@ impl Recording {
         Ok(())
     }
 
-    fn tensor(&self, value: usize) -> Tensor {
+    fn tensor(&mut self, value: usize) -> Tensor {
         let spec = self.values[value].1.clone();
         let r = TraceRef { trace: self.id, value, split: self.splits[value].clone() };
-        Tensor::traced(r, spec, self.device, self.runtime.clone())
+        let is_op = matches!(self.values[value].0, ValueDef::Op { .. });
+        let lazy = self.fused.as_mut().filter(|_| is_op).map(|results| {
+            let lazy = Arc::new(Lazy::default());
+            results.push((value, Arc::downgrade(&lazy)));
+            lazy
+        });
+        Tensor::traced(r, spec, self.device, self.runtime.clone(), lazy)
+    }
+
+    /// A fresh recording on this thread for `device`: a function's trace, or a fused region.
+    fn new(device: Device, runtime: Arc<Runtime>, fused: bool) -> Recording {
+        Recording {
+            id: tracer().next_id.fetch_add(1, Ordering::Relaxed),
+            thread: std::thread::current().id(),
+            device,
+            runtime,
+            values: Vec::new(),
+            splits: Vec::new(),
+            mesh: None,
+            sources: Vec::new(),
+            param_splits: Vec::new(),
+            failed: None,
+            captured: HashMap::new(),
+            vars: HashMap::new(),
+            writes: Vec::new(),
+            ops: 0,
+            fused: fused.then(Vec::new),
+        }
     }
 
     /// The split of `op`'s result on the values `inputs`, by the rule eager dispatch uses
@@ -196,7 +226,9 @@ impl Recording {
 pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let name = op.name();
     let node_inputs: SmallVec<[Tensor; 3]>;
+    let mut fused = false;
     let out = with_recording(|rec| -> Result<Tensor> {
+        fused = rec.fused.is_some();
         let values: SmallVec<[usize; 3]> = inputs.iter().map(|t| rec.value_of(t, name)).collect::<Result<_>>()?;
         let specs: SmallVec<[Spec; 3]> = values.iter().map(|&v| rec.values[v].1.clone()).collect();
         if matches!(op, Op::Call(_)) {
@@ -209,10 +241,13 @@ pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
         Ok(rec.tensor(v))
     })
     .unwrap_or_else(|| Err(Error::invalid(name, "a tensor traced inside a compiled function was used after the function returned; use the outputs of its call")))?;
-    // Gradients flow inside the trace through traced tensors only: a captured tensor is a
-    // constant of the program (parameters to train are Vars or arguments).
-    node_inputs =
-        inputs.iter().map(|t| if t.trace_ref().is_some() { (*t).clone() } else { t.detach() }).collect();
+    // Gradients flow inside a trace through traced tensors only: a captured tensor is a
+    // constant of the program (parameters to train are Vars or arguments). A fused region
+    // keeps eager's autograd: gradients flow to the tensors it read.
+    node_inputs = inputs
+        .iter()
+        .map(|t| if fused || t.trace_ref().is_some() { (*t).clone() } else { t.detach() })
+        .collect();
     let refs: SmallVec<[&Tensor; 3]> = node_inputs.iter().collect();
     Ok(out.with_node(crate::autograd::record(&op, &refs)))
 }
@@ -225,8 +260,11 @@ pub(crate) fn use_mesh(mesh: &Mesh, op: &'static str) -> Result<()> {
 /// Inside a trace, the traced value of `var` (read once per trace, then what was last set).
 pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
     with_recording(|rec| {
+        if rec.fused.is_some() {
+            return None; // a fused region reads Vars as eager code does
+        }
         if let Some(t) = rec.vars.get(&var.id()) {
-            return t.clone();
+            return Some(t.clone());
         }
         let current = var.current();
         let split = current.sharding().cloned();
@@ -250,13 +288,17 @@ pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
             t = t.set_requires_grad(true).expect("parameters are floating point");
         }
         rec.vars.insert(var.id(), t.clone());
-        t
+        Some(t)
     })
+    .flatten()
 }
 
 /// Inside a trace, records that `var` is set to `value` (returns false outside a trace).
 pub(crate) fn write_var(var: &Var, value: &Tensor) -> Result<bool> {
     with_recording(|rec| -> Result<bool> {
+        if rec.fused.is_some() {
+            return Ok(false);
+        }
         let v = rec.value_of(value, "Var::set")?;
         let current = var.current();
         if rec.values[v].1 != *current.spec() {
@@ -292,6 +334,157 @@ pub(crate) fn traced_rng_state(device: Device) -> Option<Tensor> {
     })
     .flatten()
     .and_then(Result::ok)
+}
+
+/// Runs `f` as a fused region (torch_xla's lazy mode, TorchTPU's deferred-and-fused, with
+/// eager's semantics kept): the ops it dispatches on this thread are recorded instead of run,
+/// each result a tensor whose value comes later; at the first read of one of them (a value
+/// read, printing, `block_until_ready`) and at the end of the region, what was recorded runs
+/// as one program, cached by its structure like any compiled program (the same loop body
+/// compiles once). Shape and dtype errors are raised by the op that makes them, as eagerly;
+/// autograd, Vars and optimizers work as eagerly. Ops on another device or on tensors split
+/// over a mesh run eagerly. Inside a compiled function, or another fused region, `f` just
+/// runs (its ops are recorded there already).
+pub fn fused<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let t = tracer();
+    if with_recording(|_| ()).is_some() {
+        return f();
+    }
+    let device = runtime::default_device();
+    let rt = runtime::runtime(device.kind)?;
+    {
+        let mut slot = lock(&t.recording);
+        if slot.is_some() {
+            // Another thread is tracing or fused: this region runs eagerly.
+            drop(slot);
+            return f();
+        }
+        *slot = Some(Recording::new(device, rt, true));
+        t.active.store(true, Ordering::Release);
+    }
+    let out = f();
+    // The region's end: what is left runs (its failure, if any, reaches the reads).
+    if let Some(rec) = take_fused() {
+        run_fused(rec);
+    }
+    out
+}
+
+/// Takes this thread's fused recording out of the tracer (ops then run eagerly).
+fn take_fused() -> Option<Recording> {
+    let t = tracer();
+    let mut slot = lock(&t.recording);
+    match slot.as_ref() {
+        Some(r) if r.thread == std::thread::current().id() && r.fused.is_some() => {
+            t.active.store(false, Ordering::Release);
+            slot.take()
+        }
+        _ => None,
+    }
+}
+
+/// Puts a fused recording back (a fresh one, after a flush, or one set aside).
+fn put_fused(rec: Recording) {
+    let t = tracer();
+    *lock(&t.recording) = Some(rec);
+    t.active.store(true, Ordering::Release);
+}
+
+/// Runs what this thread's fused region recorded so far, and goes on recording afresh.
+fn flush_fused() {
+    if let Some(rec) = take_fused() {
+        let fresh = Recording::new(rec.device, rec.runtime.clone(), true);
+        run_fused(rec);
+        put_fused(fresh);
+    }
+}
+
+/// The value of a fused region's result: computed now (the region's program runs) if the
+/// region has not run it yet. The error is the failed program's name and message.
+pub(crate) fn resolve(lazy: &Lazy) -> std::result::Result<&Tensor, (String, String)> {
+    if lazy.result.get().is_none() {
+        flush_fused();
+    }
+    match lazy.result.get() {
+        Some(r) => r.as_ref().map_err(Clone::clone),
+        None => Err((
+            "fused".into(),
+            "this value belongs to a fused region still recording on another thread; read it there".into(),
+        )),
+    }
+}
+
+/// Runs the recording of a fused region as one program whose outputs are the results still
+/// held, and gives each its value.
+fn run_fused(rec: Recording) {
+    let Some(results) = &rec.fused else { return };
+    let live: Vec<(usize, Arc<Lazy>)> =
+        results.iter().filter_map(|(v, l)| Some((*v, l.upgrade()?))).collect();
+    if live.is_empty() {
+        return;
+    }
+    let outputs: Vec<usize> = live.iter().map(|(v, _)| *v).collect();
+    let program = Program::new("fused", &rec.values, rec.sources.len(), &outputs, rec.ops);
+    let run = || -> Result<Vec<Tensor>> {
+        let inputs: Vec<Tensor> = rec
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Captured(c) => Ok(c.clone()),
+                Source::Rng => crate::tensor::dispatch::rng_state_tensor(rec.device),
+                Source::Arg(_) | Source::Var(_) => unreachable!("a fused region reads no arguments or Vars"),
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let call = Op::Call(Call { program: Arc::new(program) });
+        Ok(crate::tensor::dispatch::dispatch_all(call, &refs, Some(rec.device))?.into_vec())
+    };
+    match run() {
+        Ok(outs) => {
+            for ((_, lazy), out) in live.iter().zip(outs) {
+                let _ = lazy.result.set(Ok(out));
+            }
+        }
+        Err(e) => {
+            let failure = ("fused".to_string(), e.to_string());
+            for (_, lazy) in &live {
+                let _ = lazy.result.set(Err(failure.clone()));
+            }
+        }
+    }
+}
+
+/// In a fused region on this thread, records `op` on `inputs` (real tensors or earlier
+/// results of the region) and returns its result to come; `None` where the region does not
+/// take the op (another device, a mesh, a compiled function's call): it runs eagerly.
+pub(crate) fn record_fused(op: &Op, inputs: &[&Tensor], device: Option<Device>) -> Option<Result<Tensor>> {
+    if !tracer().active.load(Ordering::Acquire) || matches!(op, Op::Call(_)) {
+        return None;
+    }
+    let takes = with_recording(|rec| {
+        let here = device.unwrap_or(rec.device) == rec.device;
+        rec.fused.is_some()
+            && here
+            && inputs.iter().all(|t| t.device() == rec.device && t.sharding().is_none())
+    })?;
+    takes.then(|| record_op(op.clone(), inputs))
+}
+
+/// Sets this thread's fused region aside until the guard drops (a compiled function's call
+/// inside a region runs as itself, on the region's values computed first).
+pub(crate) fn set_fused_aside() -> Option<impl Drop> {
+    struct Resume(Option<Recording>);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            if let Some(rec) = self.0.take() {
+                put_fused(rec);
+            }
+        }
+    }
+    let rec = take_fused()?;
+    let fresh = Recording::new(rec.device, rec.runtime.clone(), true);
+    run_fused(rec);
+    Some(Resume(Some(fresh)))
 }
 
 /// One trace of a compiled function: its program and what feeds it.
@@ -338,6 +531,7 @@ where
     /// Runs the compiled function on `args` (tracing and compiling it first for a new
     /// signature). Returns what the function returned; Vars it set are updated.
     pub fn call(&self, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let _region = set_fused_aside();
         let device = args.first().map(|t| t.device()).unwrap_or_else(runtime::default_device);
         let splits = args.iter().map(|t| t.sharding().cloned()).collect();
         let key = (args.iter().map(|t| t.spec().clone()).collect(), device, splits);
@@ -369,23 +563,7 @@ where
         let t = tracer();
         let _one = lock(&t.one_at_a_time);
         let rt = runtime::runtime(device.kind)?;
-        let id = t.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut rec = Recording {
-            id,
-            thread: std::thread::current().id(),
-            device,
-            runtime: rt,
-            values: Vec::new(),
-            splits: Vec::new(),
-            mesh: None,
-            sources: Vec::new(),
-            param_splits: Vec::new(),
-            failed: None,
-            captured: HashMap::new(),
-            vars: HashMap::new(),
-            writes: Vec::new(),
-            ops: 0,
-        };
+        let mut rec = Recording::new(device, rt, false);
         let arg_tensors: Vec<Tensor> = args
             .iter()
             .enumerate()

@@ -252,8 +252,9 @@ impl Completion {
         self.ready_ns.load(Ordering::Acquire) != 0
     }
 
-    /// Takes on the unpassed checks of `inputs` and the op's own (`own`: its check and flag).
-    fn inherit(&self, inputs: &[Arg], own: Option<(IndexCheck, String, pjrt::Buffer)>) {
+    /// Takes on the unpassed checks of `inputs` and the op's own (`own`: each check, the op
+    /// it names and its flag).
+    fn inherit(&self, inputs: &[Arg], own: Vec<(IndexCheck, String, pjrt::Buffer)>) {
         let mut list: SmallVec<[Arc<PendingCheck>; 1]> = SmallVec::new();
         for a in inputs.iter().filter(|a| a.completion.has_checks.load(Ordering::Acquire)) {
             for c in lock(&a.completion.checks).iter() {
@@ -262,7 +263,7 @@ impl Completion {
                 }
             }
         }
-        if let Some((check, op, flag)) = own {
+        for (check, op, flag) in own {
             list.push(Arc::new(PendingCheck { op, check, flag, verdict: OnceLock::new() }));
         }
         if list.len() > MAX_PENDING_CHECKS {
@@ -416,9 +417,9 @@ impl Program {
             let specs: Vec<&Spec> = std::iter::once(&info.output).chain(key.op.more_outputs()).collect();
             let mut results: Vec<(&Spec, &str)> =
                 specs.into_iter().zip(&p.outputs).map(|(s, h)| (s, h.as_str())).collect();
-            // An index check, over all the indices, is whole on every device.
+            // Index checks, over all the indices, are whole on every device.
             let (check, whole) = (Spec::new(&[2], crate::dtype::DType::I64), crate::ops::Shard::sdy(&[], 1));
-            if key.op.index_check(&key.inputs).is_some() {
+            for _ in key.op.index_checks(&key.inputs) {
                 results.push((&check, whole.as_str()));
             }
             mlir = crate::ops::emit::partitioned(&mlir, &p.mesh.sdy(), p.mesh.size(), &params, &results);
@@ -453,7 +454,8 @@ impl Program {
         let info = match &self.info.mesh {
             Some(mesh) => {
                 let program = exe.optimized_program().unwrap_or_default();
-                let mesh = crate::profiler::MeshInfo { collectives: collectives_in(&program), ..mesh.clone() };
+                let mesh =
+                    crate::profiler::MeshInfo { collectives: collectives_in(&program), ..mesh.clone() };
                 Arc::new(OpInfo { mesh: Some(mesh), ..(*self.info).clone() })
             }
             None => self.info,
@@ -577,7 +579,7 @@ pub(crate) fn execute(
     let dev = rt.device(device)?;
     // Cloned before the executable takes the key (empty, so no allocation, for one-output ops).
     let more_outputs: SmallVec<[Spec; 1]> = key.op.more_outputs().iter().cloned().collect();
-    let index_check = key.op.index_check(&key.inputs);
+    let index_checks = key.op.index_checks(&key.inputs);
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let Fetched { exe, info, outcome, ns: compile_ns, heat } = executable(rt, key, start)?;
     let exec_start = Instant::now();
@@ -589,9 +591,10 @@ pub(crate) fn execute(
         .map_err(|source| Error::Pjrt { op: info.signature(), source })?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
-    // An index check is the last output: kept by the completion, read when a result is read.
-    let own_check = index_check.and_then(|c| Some((c, info.signature(), out.pop()?)));
-    completion.inherit(args, own_check);
+    // Index checks are the last outputs: kept by the completion, read when a result is read.
+    let flags: SmallVec<[pjrt::Buffer; 1]> =
+        out.drain(out.len().saturating_sub(index_checks.len())..).collect();
+    completion.inherit(args, own_checks(index_checks, &info, flags));
     let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let p = profiler();
     let seq = p.record(
@@ -652,7 +655,7 @@ pub(crate) fn execute_partitioned(
     args: &[Vec<Arg>],
     start: Instant,
 ) -> Result<LaunchedPartitioned> {
-    let index_check = key.op.index_check(&key.inputs);
+    let index_checks = key.op.index_checks(&key.inputs);
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let more_outputs: Vec<Spec> = key.op.more_outputs().to_vec();
     let Fetched { exe, info, outcome, ns: compile_ns, heat } = executable(rt, key, start)?;
@@ -668,17 +671,14 @@ pub(crate) fn execute_partitioned(
     let bytes = (in_bytes + info.output.size_in_bytes()) as u64;
     let seq = p.record(EventKind::Op, &info, Some(outcome), start, compile_ns, enqueue_ns, bytes);
     let specs: Vec<Spec> = std::iter::once(info.output.clone()).chain(more_outputs).collect();
-    let checks = usize::from(index_check.is_some());
+    let checks = index_checks.len();
     if out.len() != args.len() || out.iter().any(|o| o.len() != specs.len() + checks) {
         return Err(Error::invalid(info.name, "its SPMD program did not return its results on every device"));
     }
-    // The index check is the last output, the same on every device: partition 0's is read.
-    let mut flags: Vec<Option<pjrt::Buffer>> =
-        out.iter_mut().map(|o| if checks == 1 { o.pop() } else { None }).collect();
-    let own_check = index_check.and_then(|c| Some((c, info.signature(), flags.swap_remove(0)?)));
-    drop(flags);
+    // Index checks are the last outputs, the same on every device: partition 0's are read.
+    let mut flags: Vec<Vec<pjrt::Buffer>> = out.iter_mut().map(|o| o.split_off(o.len() - checks)).collect();
     let completion = Arc::new(Completion::default());
-    completion.inherit(&args[0], own_check);
+    completion.inherit(&args[0], own_checks(index_checks, &info, flags.swap_remove(0)));
     // Per result, its buffer on each partition.
     let mut per_result: Vec<Vec<pjrt::Buffer>> =
         specs.iter().map(|_| Vec::with_capacity(args.len())).collect();
@@ -732,6 +732,26 @@ pub(crate) fn execute_partitioned(
         }
     }
     Ok(LaunchedPartitioned { outputs, info, completion })
+}
+
+/// An op's index checks with their flags, each naming its op: the dispatched op, or the
+/// indexing op inside a program (`gather(…) in fused`).
+fn own_checks(
+    checks: crate::ops::Checks,
+    info: &OpInfo,
+    flags: impl IntoIterator<Item = pjrt::Buffer>,
+) -> Vec<(IndexCheck, String, pjrt::Buffer)> {
+    checks
+        .into_iter()
+        .zip(flags)
+        .map(|(c, flag)| {
+            let op = match &c.op {
+                Some(inner) => format!("{inner} in {}", info.name),
+                None => info.signature(),
+            };
+            (c, op, flag)
+        })
+        .collect()
 }
 
 /// Completes an op that has just finished on `devices`, booking its device time: the devices

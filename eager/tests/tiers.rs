@@ -7,8 +7,8 @@ use std::process::Command;
 
 use eager::cache::{self, Tier, Tiering};
 use eager::prelude::*;
-use eager::runtime;
 use eager::profiler::CacheOutcome;
+use eager::runtime;
 
 const CHILD_ENV: &str = "EAGER_TEST_TIERS_CHILD";
 

@@ -10,7 +10,15 @@ use viz::{ChartKind, Profile, RECOMPILE_THRESHOLD};
 fn info(name: &'static str, attrs: &str, shapes: &[&[usize]], device: Device) -> Arc<OpInfo> {
     let inputs: Vec<Spec> = shapes.iter().map(|s| Spec::new(s, DType::F32)).collect();
     let output = inputs.first().cloned().unwrap_or_else(|| Spec::new(&[], DType::F32));
-    Arc::new(OpInfo { name, attrs: attrs.into(), inputs, output, device, mesh: None, tier: Default::default() })
+    Arc::new(OpInfo {
+        name,
+        attrs: attrs.into(),
+        inputs,
+        output,
+        device,
+        mesh: None,
+        tier: Default::default(),
+    })
 }
 
 /// Builds events back to back on one clock, with `gap_ns` of host time between them.

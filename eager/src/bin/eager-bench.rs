@@ -284,10 +284,9 @@ fn add_compile_ms(rt: &runtime::Runtime, tier: eager::pjrt::Tier, round: usize) 
         let s = eager::Spec::new(&[n + 100 * round, 53], DType::F32);
         let m = Op::Binary(Binary::Add).emit_module(&[s.clone(), s.clone()], &s);
         let t = Instant::now();
-        rt.client.compile(&m, &eager::pjrt::compile_options(tier, None)).map_err(|e| Error::Invalid {
-            op: "compile",
-            msg: e.to_string(),
-        })?;
+        rt.client
+            .compile(&m, &eager::pjrt::compile_options(tier, None))
+            .map_err(|e| Error::Invalid { op: "compile", msg: e.to_string() })?;
         ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(median(ms))
@@ -643,7 +642,8 @@ fn main() -> anyhow::Result<()> {
     (r.first_call_disk, r.mlp_first_step_disk) = (disk.ops, disk.mlp_first_step);
 
     // The tiers: what a compile costs at each, and what the quick tier costs large ops.
-    let quick: Vec<f64> = (0..3).map(|i| add_compile_ms(&rt, eager::pjrt::Tier::Quick, i)).collect::<Result<_>>()?;
+    let quick: Vec<f64> =
+        (0..3).map(|i| add_compile_ms(&rt, eager::pjrt::Tier::Quick, i)).collect::<Result<_>>()?;
     let optimized: Vec<f64> =
         (0..3).map(|i| add_compile_ms(&rt, eager::pjrt::Tier::Optimized, i + 3)).collect::<Result<_>>()?;
     (r.add_compile_quick_ms, r.add_compile_optimized_ms) = (median(quick), median(optimized));

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::shape::Spec;
 
 use super::emit::{module, Emitter, Value};
-use super::{Grads, Op, OpDef, Operand};
+use super::{Checks, Grads, IndexCheck, Op, OpDef, Operand};
 
 /// A value of a traced program: a parameter, or the result of an op on earlier values.
 #[derive(Debug, Clone)]
@@ -28,6 +28,8 @@ pub struct Program {
     pub outputs: Vec<Spec>,
     /// Ops traced into it.
     pub ops: usize,
+    /// The index checks of its indexing ops, returned after its outputs, each naming its op.
+    pub(crate) checks: Vec<IndexCheck>,
     hash: u64,
 }
 
@@ -56,6 +58,7 @@ impl Program {
         let mut e = Emitter::default();
         let mut emitted: Vec<Value> = Vec::with_capacity(values.len());
         let mut param_specs = vec![Spec::new(&[], DType::F32); params];
+        let (mut flags, mut checks) = (Vec::new(), Vec::new());
         for (def, spec) in values {
             let v = match def {
                 ValueDef::Param(i) => {
@@ -64,18 +67,28 @@ impl Program {
                 }
                 ValueDef::Op { op, inputs } => {
                     let args: Vec<Value> = inputs.iter().map(|&i| emitted[i].clone()).collect();
-                    op.emit(&mut e, &args, spec)
+                    let v = op.emit(&mut e, &args, spec);
+                    // An indexing op's check, named by the op and its inputs.
+                    let specs: Vec<Spec> = args.iter().map(|a| a.spec.clone()).collect();
+                    for (flag, mut check) in e.extra.drain(..).zip(op.index_checks(&specs)) {
+                        let shapes: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+                        check.op = Some(format!("{}({}) {{{}}}", op.name(), shapes.join(", "), op.attrs()));
+                        flags.push(flag);
+                        checks.push(check);
+                    }
+                    v
                 }
             };
             emitted.push(v);
         }
         let results: Vec<Value> = outputs.iter().map(|&o| emitted[o].clone()).collect();
-        let text = module(name, &param_specs, &results, &e.body);
+        let returned: Vec<Value> = results.iter().cloned().chain(flags).collect();
+        let text = module(name, &param_specs, &returned, &e.body);
         use std::hash::{Hash, Hasher};
         let mut h = rustc_hash::FxHasher::default();
         text.hash(&mut h);
         let outputs = results.into_iter().map(|v| v.spec).collect();
-        Program { name, text, params: param_specs, outputs, ops, hash: h.finish() }
+        Program { name, text, params: param_specs, outputs, ops, checks, hash: h.finish() }
     }
 }
 
@@ -113,6 +126,9 @@ impl OpDef for Call {
     }
     fn more_outputs(&self) -> &[Spec] {
         &self.program.outputs[1..]
+    }
+    fn index_checks(&self, _inputs: &[Spec]) -> Checks {
+        self.program.checks.iter().cloned().collect()
     }
 }
 

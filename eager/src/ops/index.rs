@@ -12,7 +12,7 @@ use super::elementwise::ElementwiseOps;
 use super::emit::{i64_array, list, Emitter, Value};
 use super::matmul::MatmulOps;
 use super::movement::MovementOps;
-use super::{check_arity, Accepts, Dims, Grads, Op, OpDef, Operand};
+use super::{check_arity, Accepts, Checks, Dims, Grads, Op, OpDef, Operand};
 
 /// Rows of input 0 along `dim` picked by the 1-D integer input 1; negative indices count from
 /// the end. With `check`, the module also returns a check of the indices ([`IndexCheck`]: for
@@ -31,12 +31,14 @@ pub struct IndexSelect {
 pub(crate) struct IndexCheck {
     pub dim: usize,
     pub size: usize,
+    /// The op inside a program that checks (`None`: the dispatched op itself).
+    pub op: Option<String>,
 }
 
 impl IndexCheck {
     /// The check of an op indexing `dim` of `input`, if it checks on the device.
     fn of(check: bool, dim: usize, input: &Spec) -> Option<IndexCheck> {
-        check.then(|| IndexCheck { dim, size: input.shape[dim] })
+        check.then(|| IndexCheck { dim, size: input.shape[dim], op: None })
     }
 
     /// The attributes of an indexing op, as the profiler prints them: `dim=0 checked`.
@@ -132,8 +134,8 @@ impl OpDef for IndexSelect {
         }
         Ok(smallvec::smallvec![Some(scattered.reshape(&full)?.permute(&inverse)?), None])
     }
-    fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
-        IndexCheck::of(self.check, self.dim, &inputs[0])
+    fn index_checks(&self, inputs: &[Spec]) -> Checks {
+        IndexCheck::of(self.check, self.dim, &inputs[0]).into_iter().collect()
     }
 }
 
@@ -272,8 +274,8 @@ impl OpDef for Gather {
         let scatter = Op::ScatterAdd(ScatterAdd { dim: self.dim, check: false });
         Ok(smallvec::smallvec![Some(T::apply(scatter, &[&x[0].zeros_like()?, x[1], g], None)?), None])
     }
-    fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
-        IndexCheck::of(self.check, self.dim, &inputs[0])
+    fn index_checks(&self, inputs: &[Spec]) -> Checks {
+        IndexCheck::of(self.check, self.dim, &inputs[0]).into_iter().collect()
     }
 }
 
@@ -337,8 +339,8 @@ impl OpDef for ScatterAdd {
         };
         Ok(smallvec::smallvec![Some(g.clone()), None, Some(src_grad)])
     }
-    fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
-        IndexCheck::of(self.check, self.dim, &inputs[0])
+    fn index_checks(&self, inputs: &[Spec]) -> Checks {
+        IndexCheck::of(self.check, self.dim, &inputs[0]).into_iter().collect()
     }
 }
 
@@ -414,7 +416,7 @@ fn device_check<T: Operand>(op: &'static str, x: &T, dim: usize, indices: &T) ->
         Some((lo, hi)) => {
             let bad = if hi >= size as i64 { hi } else { lo };
             if lo <= hi && (lo < -(size as i64) || hi >= size as i64) {
-                return Err(Error::invalid(op, IndexCheck { dim, size }.message(bad)));
+                return Err(Error::invalid(op, IndexCheck { dim, size, op: None }.message(bad)));
             }
             Ok(false)
         }
@@ -558,7 +560,7 @@ mod tests {
     fn a_checked_select_also_returns_its_check() {
         let m = module(IndexSelect { dim: 1, check: true }, &[f32s(&[5, 3]), Spec::new(&[2], DType::I32)]);
         assert!(m.contains("-> (tensor<5x2xf32>, tensor<2xi64>)"), "{m}");
-        let c = Op::IndexSelect(IndexSelect { dim: 1, check: true }).index_check(&[f32s(&[5, 3])]).unwrap();
+        let c = Op::IndexSelect(IndexSelect { dim: 1, check: true }).index_checks(&[f32s(&[5, 3])]).remove(0);
         assert_eq!(c.message(7), "index 7 is out of range for dim 1 of size 3");
     }
 }

@@ -54,6 +54,9 @@ pub use sort::Argsort;
 /// Dims of an attribute (inline up to 4).
 pub type Dims = SmallVec<[usize; 4]>;
 
+/// The index checks of an op's module (see [`OpDef::index_checks`]).
+pub(crate) type Checks = SmallVec<[IndexCheck; 1]>;
+
 /// Gradients with respect to an op's inputs (`None`: no gradient flows to that input).
 pub(crate) type Grads<T> = SmallVec<[Option<T>; 3]>;
 
@@ -74,9 +77,10 @@ pub(crate) trait OpDef {
     /// respect to the output, the gradient with respect to each input. Written with ops, so
     /// gradients run through the same single-op cache.
     fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>>;
-    /// The check the op's module returns after its result, if any (see [`IndexCheck`]).
-    fn index_check(&self, _inputs: &[Spec]) -> Option<IndexCheck> {
-        None
+    /// The checks the op's module returns after its results, in order (see [`IndexCheck`]):
+    /// an indexing op's own, or those of the indexing ops of a program.
+    fn index_checks(&self, _inputs: &[Spec]) -> Checks {
+        Checks::new()
     }
     /// Specs of the outputs after the first (only a compiled function's call has more).
     fn more_outputs(&self) -> &[Spec] {
@@ -154,9 +158,9 @@ macro_rules! ops {
             pub(crate) fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>> {
                 match self { $(Op::$variant(o) => o.backward(x, out, g),)* }
             }
-            /// The check the op's module returns after its result, for `inputs`.
-            pub(crate) fn index_check(&self, inputs: &[Spec]) -> Option<IndexCheck> {
-                match self { $(Op::$variant(o) => o.index_check(inputs),)* }
+            /// The checks the op's module returns after its results, for `inputs`.
+            pub(crate) fn index_checks(&self, inputs: &[Spec]) -> Checks {
+                match self { $(Op::$variant(o) => o.index_checks(inputs),)* }
             }
             /// Specs of the outputs after the first ([`Op::infer`] gives the first): only a
             /// compiled function's call has more than one.

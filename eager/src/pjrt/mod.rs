@@ -960,7 +960,8 @@ mod tests {
         // Optimized on one device: the bytes every earlier release compiled with (so their
         // persistent caches stay valid).
         let optimized = compile_options(Tier::Optimized, None);
-        let before = b"\x1a\x04\x20\x01\x28\x01\x20\x01\x3a\x21\x0a\x1bxla_cpu_enable_fast_min_max\x12\x02\x10\x00";
+        let before =
+            b"\x1a\x04\x20\x01\x28\x01\x20\x01\x3a\x21\x0a\x1bxla_cpu_enable_fast_min_max\x12\x02\x10\x00";
         assert_eq!(optimized, before);
         // Quick: the same plus `xla_backend_optimization_level` = int 0 and
         // `xla_cpu_use_fusion_emitters` = false.

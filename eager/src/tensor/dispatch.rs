@@ -25,8 +25,11 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
     if inputs.iter().any(|t| t.trace_ref().is_some()) {
         return crate::compile::record_op(op, inputs);
     }
+    if let Some(recorded) = crate::compile::record_fused(&op, inputs, device) {
+        return recorded;
+    }
     let node = crate::autograd::record(&op, inputs);
-    if inputs.iter().any(|t| t.inner.shards.is_some()) {
+    if inputs.iter().any(|t| t.shards().is_some()) {
         return Ok(super::sharded::dispatch_partitioned(op, inputs)?.with_node(node));
     }
     let mut outs = dispatch_all(op, inputs, device)?;
@@ -124,7 +127,7 @@ impl Tensor {
 
 /// A tensor's bytes on the host (waiting for the op that makes it).
 pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
-    if let Some(shards) = &t.inner.shards {
+    if let Some(shards) = t.shards() {
         return super::sharded::gather(t, shards);
     }
     t.with_source(runtime::download)
@@ -132,10 +135,10 @@ pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
 
 /// Copies a tensor to another device (same plugin: device to device; else through the host).
 pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
-    if device == t.device() && t.inner.shards.is_none() {
+    if device == t.device() && t.shards().is_none() {
         return Ok(t.clone());
     }
-    if device.kind != t.device().kind || t.inner.shards.is_some() {
+    if device.kind != t.device().kind || t.shards().is_some() {
         let bytes = download(t)?;
         return upload(&bytes, t.spec().clone(), device);
     }

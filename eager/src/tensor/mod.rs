@@ -17,7 +17,7 @@ pub(crate) mod sharded;
 pub use collective::Reduction;
 pub use dispatch::{dispatch, executable_for, lookup_only};
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::autograd::GradState;
 use crate::compile::TraceRef;
@@ -56,6 +56,17 @@ struct Inner {
     /// For a tensor split over a mesh: its sharding and one buffer per mesh device (then
     /// `buffer` is `None` and `device` the mesh's first).
     shards: Option<Box<sharded::Shards>>,
+    /// For a tensor made inside a fused region ([`crate::fused`]): its value once the
+    /// region's program ran (`traced` says where it is in the region until then).
+    lazy: Option<Arc<Lazy>>,
+}
+
+/// The value of a fused region's result, set when the region's program runs.
+#[derive(Default)]
+pub(crate) struct Lazy {
+    pub(crate) result: OnceLock<std::result::Result<Tensor, (String, String)>>,
+    /// What `completion()` gives when the program failed (reads report the failure).
+    failed: OnceLock<Arc<Completion>>,
 }
 
 static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
@@ -69,14 +80,21 @@ impl Tensor {
         producer: Option<Arc<OpInfo>>,
         completion: Arc<Completion>,
     ) -> Tensor {
-        let (buffer, traced, host_bounds, shards) = (Some(buffer), None, None, None);
+        let (buffer, traced, host_bounds, shards, lazy) = (Some(buffer), None, None, None, None);
         let inner =
-            Inner { buffer, spec, device, runtime, producer, completion, traced, host_bounds, shards };
+            Inner { buffer, spec, device, runtime, producer, completion, traced, host_bounds, shards, lazy };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
 
-    /// A tensor standing for value `traced` of the function being traced.
-    pub(crate) fn traced(traced: TraceRef, spec: Spec, device: Device, runtime: Arc<Runtime>) -> Tensor {
+    /// A tensor standing for value `traced` of the function being traced, or (with `lazy`)
+    /// of the fused region being recorded.
+    pub(crate) fn traced(
+        traced: TraceRef,
+        spec: Spec,
+        device: Device,
+        runtime: Arc<Runtime>,
+        lazy: Option<Arc<Lazy>>,
+    ) -> Tensor {
         let inner = Inner {
             buffer: None,
             spec,
@@ -87,17 +105,49 @@ impl Tensor {
             traced: Some(traced),
             host_bounds: None,
             shards: None,
+            lazy,
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
 
+    /// Where it is in the function being traced or the fused region being recorded (`None`
+    /// once a fused region's program gave it its value).
     pub(crate) fn trace_ref(&self) -> Option<&TraceRef> {
-        self.inner.traced.as_ref()
+        match &self.inner.lazy {
+            Some(l) if l.result.get().is_some() => None,
+            _ => self.inner.traced.as_ref(),
+        }
+    }
+
+    /// The inner that holds the data as things stand: a fused result's value once its
+    /// program ran, else its own (never runs anything).
+    fn settled(&self) -> &Inner {
+        match self.inner.lazy.as_ref().and_then(|l| l.result.get()) {
+            Some(Ok(t)) => &t.inner,
+            _ => &self.inner,
+        }
+    }
+
+    /// The inner that holds the data, running the fused region's program first if this is
+    /// one of its results not computed yet.
+    fn data(&self) -> Result<&Inner> {
+        let Some(lazy) = &self.inner.lazy else { return Ok(&self.inner) };
+        match crate::compile::resolve(lazy) {
+            Ok(t) => Ok(&t.inner),
+            Err((op, message)) => {
+                Err(Error::DeviceFailure { op, message, read: format!("{} of a fused region", self.spec()) })
+            }
+        }
+    }
+
+    /// One buffer per mesh device, for a tensor split over a mesh.
+    pub(crate) fn shards(&self) -> Option<&sharded::Shards> {
+        self.settled().shards.as_deref()
     }
 
     /// Smallest and largest value, for integer data known on the host (`Inner::host_bounds`).
     pub(crate) fn host_bounds(&self) -> Option<(i64, i64)> {
-        self.inner.host_bounds
+        self.settled().host_bounds
     }
 
     /// This tensor with host bounds `bounds` (a fresh result of a value-preserving op of a
@@ -156,7 +206,8 @@ impl Tensor {
     /// compiled function runs. Public for benchmarks that execute through `pjrt` directly.
     #[doc(hidden)]
     pub fn buffer(&self) -> Result<&Buffer> {
-        self.inner.buffer.as_ref().ok_or_else(|| match &self.inner.shards {
+        let inner = self.data()?;
+        inner.buffer.as_ref().ok_or_else(|| match &inner.shards {
             Some(s) => Error::invalid(
                 "read",
                 format!("{} is split over {}: one buffer per device; gather it with .to(device)", self.spec(), s.sharding),
@@ -172,12 +223,17 @@ impl Tensor {
     }
 
     pub(crate) fn completion(&self) -> &Arc<Completion> {
-        &self.inner.completion
+        match (&self.inner.lazy, self.data()) {
+            (_, Ok(inner)) => &inner.completion,
+            // The program failed: reads report it through `buffer()`.
+            (Some(l), Err(_)) => l.failed.get_or_init(Completion::ready),
+            (None, Err(_)) => &self.inner.completion,
+        }
     }
 
     /// What made this tensor, for errors: `exp(f32[4])`, or its spec for uploaded data.
     pub(crate) fn describe(&self) -> String {
-        match &self.inner.producer {
+        match &self.settled().producer {
             Some(info) => info.signature(),
             None => format!("{} on {}", self.spec(), self.device()),
         }
@@ -186,7 +242,7 @@ impl Tensor {
     /// Waits until the op that makes this tensor has finished on the device (dispatch is
     /// asynchronous; reads wait by themselves). Reports the op's failure, if it failed.
     pub fn block_until_ready(&self) -> Result<&Tensor> {
-        if let Some(s) = &self.inner.shards {
+        if let Some(s) = &self.data()?.shards {
             for b in &s.buffers {
                 b.wait_ready().map_err(|e| self.completion().read_error(&self.describe(), e))?;
             }
@@ -245,12 +301,13 @@ impl Operand for Tensor {
         dispatch::rng_state_tensor(device)
     }
     fn host_bounds(&self) -> Option<(i64, i64)> {
-        self.inner.host_bounds
+        self.settled().host_bounds
     }
     fn with_host_bounds(self, bounds: Option<(i64, i64)>) -> Tensor {
         Tensor::with_host_bounds(self, bounds)
     }
+    /// A fused region's result is no traced value: it gets its value as eager code would.
     fn is_traced(&self) -> bool {
-        self.inner.traced.is_some()
+        self.trace_ref().is_some() && self.inner.lazy.is_none()
     }
 }

@@ -44,6 +44,7 @@ impl Tensor {
             traced: None,
             host_bounds: None,
             shards: Some(Box::new(Shards { sharding, buffers })),
+            lazy: None,
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
@@ -51,9 +52,9 @@ impl Tensor {
     /// How this tensor is split over a mesh; `None` for a tensor on one device. Inside a
     /// compiled function, a traced value's split is what the ops' rules give it.
     pub fn sharding(&self) -> Option<&Sharding> {
-        match &self.inner.shards {
+        match self.shards() {
             Some(s) => Some(&s.sharding),
-            None => self.inner.traced.as_ref()?.split(),
+            None => self.trace_ref()?.split(),
         }
     }
 
@@ -240,7 +241,7 @@ pub(crate) fn dispatch_partitioned_all(
     let key =
         OpKey { op, inputs: specs, device: mesh.devices()[0], partitioned: Some(Arc::new(partitioned)) };
     let rt = joined[0].runtime().clone();
-    let buffers: Vec<&Shards> = joined.iter().map(|t| t.inner.shards.as_deref().expect("joined")).collect();
+    let buffers: Vec<&Shards> = joined.iter().map(|t| t.shards().expect("joined")).collect();
     let args: Vec<Vec<Arg>> = (0..mesh.size())
         .map(|p| {
             joined
