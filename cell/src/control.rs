@@ -77,6 +77,16 @@ fn handle(req: &Value) -> Result<Value, String> {
             "mesh": eager::mesh::current().map(|m| m.to_string()),
         }),
         "mesh" => json!({ "grid": eager::mesh::current().map(|m| m.grid()) }),
+        "mode" => {
+            if let Some(fused) = req["fused"].as_bool() {
+                eager::set_fused_mode(fused);
+            }
+            json!({ "fused": eager::fused_mode() })
+        }
+        "end_region" => {
+            eager::end_fused_region();
+            json!({ "ok": true })
+        }
         "set_device" => {
             let d: Device = req["device"].as_str().unwrap_or("").parse()?;
             let rt = runtime::runtime(d.kind).map_err(|e| e.to_string())?;

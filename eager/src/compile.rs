@@ -83,6 +83,8 @@ struct Recording {
     /// For a fused region ([`fused`]): each result handed out, by value (weak: a result
     /// nobody holds any more is no output of the region's program).
     fused: Option<Vec<(usize, Weak<Lazy>)>>,
+    /// Fused mode's region, started by an op rather than by [`fused`].
+    implicit: bool,
 }
 
 /// The process-wide tracing state (shared, so every REPL cell's copy of the library sees one).
@@ -91,6 +93,8 @@ pub(crate) struct Tracer {
     /// Whether a trace is running: checked before taking the lock.
     active: AtomicBool,
     recording: Mutex<Option<Recording>>,
+    /// Fused mode ([`set_fused_mode`]): ops outside any region record into an implicit one.
+    fused_mode: AtomicBool,
     /// Serializes traces: one function is traced at a time.
     one_at_a_time: Mutex<()>,
     next_id: AtomicU64,
@@ -183,6 +187,7 @@ impl Recording {
             writes: Vec::new(),
             ops: 0,
             fused: fused.then(Vec::new),
+            implicit: false,
         }
     }
 
@@ -393,7 +398,8 @@ fn put_fused(rec: Recording) {
 /// Runs what this thread's fused region recorded so far, and goes on recording afresh.
 fn flush_fused() {
     if let Some(rec) = take_fused() {
-        let fresh = Recording::new(rec.device, rec.runtime.clone(), true);
+        let fresh =
+            Recording { implicit: rec.implicit, ..Recording::new(rec.device, rec.runtime.clone(), true) };
         run_fused(rec);
         put_fused(fresh);
     }
@@ -458,8 +464,23 @@ fn run_fused(rec: Recording) {
 /// results of the region) and returns its result to come; `None` where the region does not
 /// take the op (another device, a mesh, a compiled function's call): it runs eagerly.
 pub(crate) fn record_fused(op: &Op, inputs: &[&Tensor], device: Option<Device>) -> Option<Result<Tensor>> {
-    if !tracer().active.load(Ordering::Acquire) || matches!(op, Op::Call(_)) {
+    let t = tracer();
+    if matches!(op, Op::Call(_)) {
         return None;
+    }
+    if !t.active.load(Ordering::Acquire) {
+        if !t.fused_mode.load(Ordering::Relaxed) {
+            return None;
+        }
+        // Fused mode: this thread's ops go to an implicit region until it is ended.
+        let device = runtime::default_device();
+        let rt = runtime::runtime(device.kind).ok()?;
+        let mut slot = lock(&t.recording);
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(Recording { implicit: true, ..Recording::new(device, rt, true) });
+        t.active.store(true, Ordering::Release);
     }
     let takes = with_recording(|rec| {
         let here = device.unwrap_or(rec.device) == rec.device;
@@ -468,6 +489,44 @@ pub(crate) fn record_fused(op: &Op, inputs: &[&Tensor], device: Option<Device>) 
             && inputs.iter().all(|t| t.device() == rec.device && t.sharding().is_none())
     })?;
     takes.then(|| record_op(op.clone(), inputs))
+}
+
+/// Fused mode on or off: on, every op dispatched outside a region or trace records into an
+/// implicit fused region, run at the first read or by [`end_fused_region`] (a REPL or
+/// notebook cell's end: `:mode fused`); off ends that region first.
+pub fn set_fused_mode(on: bool) {
+    tracer().fused_mode.store(on, Ordering::Relaxed);
+    if !on {
+        end_fused_region();
+    }
+}
+
+/// Whether fused mode is on (see [`set_fused_mode`]).
+pub fn fused_mode() -> bool {
+    tracer().fused_mode.load(Ordering::Relaxed)
+}
+
+/// Runs what the implicit region of fused mode recorded so far, whichever thread recorded it
+/// (a REPL ends it after each cell, from its control thread); a new region starts with the
+/// next op. Explicit regions ([`fused`]) and traces are left alone.
+pub fn end_fused_region() {
+    let t = tracer();
+    if !t.fused_mode.load(Ordering::Relaxed) && !t.active.load(Ordering::Acquire) {
+        return;
+    }
+    let rec = {
+        let mut slot = lock(&t.recording);
+        match slot.as_ref() {
+            Some(r) if r.fused.is_some() && r.implicit => {
+                t.active.store(false, Ordering::Release);
+                slot.take()
+            }
+            _ => None,
+        }
+    };
+    if let Some(rec) = rec {
+        run_fused(rec);
+    }
 }
 
 /// Sets this thread's fused region aside until the guard drops (a compiled function's call
@@ -482,7 +541,7 @@ pub(crate) fn set_fused_aside() -> Option<impl Drop> {
         }
     }
     let rec = take_fused()?;
-    let fresh = Recording::new(rec.device, rec.runtime.clone(), true);
+    let fresh = Recording { implicit: rec.implicit, ..Recording::new(rec.device, rec.runtime.clone(), true) };
     run_fused(rec);
     Some(Resume(Some(fresh)))
 }

@@ -76,6 +76,17 @@ impl Control {
         Ok(v["grid"].as_str().map(String::from))
     }
 
+    /// Sets fused mode (`Some`) and says whether it is on.
+    pub fn mode(&mut self, fused: Option<bool>) -> Result<bool> {
+        let v = self.call(json!({"op": "mode", "fused": fused}))?;
+        Ok(v["fused"].as_bool().unwrap_or(false))
+    }
+
+    /// Runs what fused mode recorded in the cell that just ended.
+    pub fn end_region(&mut self) -> Result<()> {
+        self.call(json!({"op": "end_region"})).map(drop)
+    }
+
     pub fn set_device(&mut self, device: &str) -> Result<String> {
         let v = self.call(json!({"op": "set_device", "device": device}))?;
         Ok(v["device"].as_str().unwrap_or(device).to_string())

@@ -11,6 +11,8 @@ pub enum MetaCommand {
     Device(String),
     /// The mesh in use, as a grid of its devices.
     Mesh,
+    /// Show fused mode (`None`) or turn it on or off.
+    Mode(Option<bool>),
     /// Per-op table of the last cell, or of the whole session.
     Profile {
         session: bool,
@@ -33,6 +35,9 @@ pub const META_NAMES: &[&str] = &[
     ":devices",
     ":device",
     ":mesh",
+    ":mode",
+    ":mode fused",
+    ":mode eager",
     ":profile",
     ":profile session",
     ":timeline",
@@ -53,6 +58,7 @@ eager commands:
   :devices               list devices (cpu, tpu, cuda) and why a kind is unavailable
   :device cpu|tpu|cuda   set the default device (also cpu:1, tpu:0, …)
   :mesh                  the mesh in use (the last Mesh made) as a grid of its devices
+  :mode [fused|eager]    fused: each cell's ops run as one program at its first read or its end
   :profile               per-op table of the last cell (:profile session for all cells)
   :timeline [FILE]       timeline chart of the last cell to a .png or .svg file (default eager-timeline.png)
   :trace FILE            the session's dispatches as a Perfetto / chrome://tracing JSON file
@@ -74,6 +80,12 @@ impl MetaCommand {
             (":help", None) => MetaCommand::Help,
             (":devices", None) => MetaCommand::Devices,
             (":mesh", None) => MetaCommand::Mesh,
+            (":mode", None) => MetaCommand::Mode(None),
+            (":mode", Some("fused")) => MetaCommand::Mode(Some(true)),
+            (":mode", Some("eager")) => MetaCommand::Mode(Some(false)),
+            (":mode", Some(other)) => {
+                return Some(Err(format!(":mode takes `fused` or `eager`, not {other:?}")))
+            }
             (":device", Some(d)) => MetaCommand::Device(d.to_string()),
             (":device", None) => {
                 return Some(Err(":device needs a device: cpu, tpu, cuda or e.g. cpu:1".into()))

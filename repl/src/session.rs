@@ -268,6 +268,10 @@ impl Session {
         *self.stderr.lock().unwrap() = StderrWatch::default();
         let result = self.ctx.execute(cell);
         let restarted = self.ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0) != self.child_pid;
+        if !restarted {
+            // Fused mode: what the cell recorded and did not read runs now.
+            let _ = self.control().and_then(|c| c.end_region());
+        }
         if let Ok(before) = before {
             let after = if restarted { Ok(0) } else { self.control().and_then(|c| c.seq()) };
             self.last_cell = (before, after.unwrap_or(before));
@@ -350,6 +354,15 @@ impl Session {
                 let grid = self.control()?.mesh()?;
                 let none = "no mesh yet: make one with Mesh::new(&[(\"data\", 2), (\"model\", 2)])?";
                 vec![Output::text(grid.unwrap_or_else(|| none.to_string()).trim_end().to_string())]
+            }
+            MetaCommand::Mode(set) => {
+                let fused = self.control()?.mode(set)?;
+                let text = if fused {
+                    "fused mode: each cell's ops are recorded and run as one program at the first read or the cell's end"
+                } else {
+                    "eager mode: each op runs at once"
+                };
+                vec![Output::text(text)]
             }
             MetaCommand::Device(d) => {
                 let d = self.control()?.set_device(&d)?;

@@ -125,6 +125,16 @@ fn a_session_in_a_terminal() {
         r"tensor\(\[4\.0000, 4\.0000\], shape=\[2\], dtype=f32, sharding=P\(\) over Mesh",
     );
 
+    // Fused mode: a cell's ops run as one program; a value kept for later cells is computed
+    // at the cell's end; :profile shows the program; eager mode again runs ops one by one.
+    cell(&mut p, ":mode fused", "fused mode: each cell's ops");
+    cell(&mut p, "let f = a.mul_scalar(2.0)?.exp()?.sum_all()?; f.item::<f32>()?.ln()", r"6\.14\d*");
+    cell(&mut p, ":profile", r"fused\{\d+ ops compiled into one");
+    cell(&mut p, "let g = a.add_scalar(1.0)?.mul(&a)?;", "");
+    cell(&mut p, "g.to_vec::<f32>()?", r"\[2\.0, 6\.0, 12\.0\]");
+    cell(&mut p, ":mode eager", "eager mode: each op runs at once");
+    cell(&mut p, ":mode", "eager mode");
+
     // A compile error shows its span; the session goes on.
     cell(&mut p, "let n: i32 = \"one\";", "mismatched types");
     cell(&mut p, ":vars", "a: Tensor");
