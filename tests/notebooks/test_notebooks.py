@@ -57,6 +57,16 @@ def check_costs(nb):
     assert re.search(r"sin again, in-memory cache emptied: [\d.]+ ms \(loaded from the disk cache \+ run\)", text), text
     png = next(outputs(nb, "image/png"))
     assert png.startswith("iVBORw0KGgo")  # base64 of the PNG signature
+    # Eager, fused and compiled train alike: the same loss (up to the rounding of fused ops).
+    losses = re.search(r"loss after (\d+) steps: eager ([\d.]+), fused ([\d.]+), compiled ([\d.]+)", text)
+    assert losses, text
+    eager, fused, compiled = (float(losses[i]) for i in (2, 3, 4))
+    assert eager < 0.5 and abs(fused - eager) <= 0.1 * eager + 1e-4 and abs(compiled - fused) <= 0.1 * fused + 1e-4, losses.group(0)
+    # Fused: one program per step, none per op.
+    stream = "\n".join(outputs(nb, "stream"))
+    per_step = re.search(r"per step\s+(\d+)\s+(\d+)\s+([\d.]+)", stream)
+    assert per_step and int(per_step[1]) > 10 and int(per_step[2]) == 1, stream
+    assert re.search(r"most dispatched.*fused\{\d+ ops compiled into one\} ×\d+", stream), stream
 
 
 def check_training(nb):

@@ -180,12 +180,10 @@ struct Report {
     /// Keys swapped to the optimized tier over the whole run, and their background compiles.
     tier_swaps: u64,
     tier_swap_compile_ms: f64,
-    train_mlp_784_256_10_eager_steps_per_s: f64,
-    train_mlp_784_256_10_compiled_steps_per_s: f64,
-    train_cnn_digits_eager_steps_per_s: f64,
-    train_cnn_digits_compiled_steps_per_s: f64,
-    train_gpt_char_eager_steps_per_s: f64,
-    train_gpt_char_compiled_steps_per_s: f64,
+    /// Steady training steps/s (after the keys turned hot): eager, fused, compiled.
+    train_mlp_784_256_10_steps_per_s: Steps,
+    train_cnn_digits_steps_per_s: Steps,
+    train_gpt_char_steps_per_s: Steps,
     /// (devices, eager steps/s, compiled steps/s) of the MLP 784-256-10, global batch 64,
     /// data-parallel.
     data_parallel_mlp_steps_per_s: Vec<(usize, f64, f64)>,
@@ -372,7 +370,7 @@ fn steps_per_s(
     x: &Tensor,
     y: &Tensor,
     step: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
-) -> Result<(f64, f64)> {
+) -> Result<Steps> {
     step(x, y)?.block_until_ready()?;
     // Steady speed: once the step's keys turned hot and were swapped to the optimized tier.
     let hot = cache::tiering().hot_calls.min(1000) as usize;
@@ -383,16 +381,30 @@ fn steps_per_s(
     let eager_us = time_calls(100, || {
         step(x, y).unwrap().block_until_ready().unwrap();
     });
+    // Fused: the same eager code, each step one region run as one program.
+    eager::fused(|| step(x, y))?.block_until_ready()?;
+    let fused_us = time_calls(100, || {
+        eager::fused(|| step(x, y)).unwrap().block_until_ready().unwrap();
+    });
     let compiled = compile(name, |a: &[Tensor]| Ok(vec![step(&a[0], &a[1])?]));
     compiled.call(&[x, y])?[0].block_until_ready()?;
     let compiled_us = time_calls(100, || {
         compiled.call(&[x, y]).unwrap()[0].block_until_ready().unwrap();
     });
-    Ok((1e6 / eager_us, 1e6 / compiled_us))
+    Ok(Steps { eager: 1e6 / eager_us, fused: 1e6 / fused_us, compiled: 1e6 / compiled_us })
+}
+
+/// Training steps per second, each step dispatched op by op, as one fused region, and
+/// compiled into one program.
+#[derive(Serialize, Deserialize, Default, Clone, Copy)]
+struct Steps {
+    eager: f64,
+    fused: f64,
+    compiled: f64,
 }
 
 /// SGD (momentum 0.9) on an MLP 784-256-10 with batch 64.
-fn train_mlp() -> Result<(f64, f64)> {
+fn train_mlp() -> Result<Steps> {
     use eager::nn::{self, Linear, Module, Relu, Sequential};
     use eager::optim::{Optimizer, Sgd};
     manual_seed(1);
@@ -412,7 +424,7 @@ fn train_mlp() -> Result<(f64, f64)> {
 /// SGD steps per second of the MLP 784-256-10 on a global batch of 64, data-parallel over
 /// the first `devices` devices (batch split over a mesh axis `data`, weights whole on each
 /// device; one device: no mesh at all), eager then compiled into one (SPMD) program.
-fn train_mlp_data_parallel(devices: usize) -> Result<(f64, f64)> {
+fn train_mlp_data_parallel(devices: usize) -> Result<Steps> {
     use eager::nn::{self, Linear, Module, Relu, Sequential};
     use eager::optim::{Optimizer, Sgd};
     use eager::{Mesh, PartitionSpec};
@@ -454,7 +466,7 @@ fn sharded_add_compile_ms() -> anyhow::Result<(f64, String)> {
 /// SGD (momentum 0.9) on the digits CNN of notebook 05 with batch 64 of `[1, 8, 8]` images:
 /// conv 3×3 (1→16, pad 1), relu, max-pool 2, conv 3×3 (16→32, pad 1), relu, max-pool 2,
 /// linear 128→10.
-fn train_cnn() -> Result<(f64, f64)> {
+fn train_cnn() -> Result<Steps> {
     use eager::nn::{self, Conv2d, Flatten, Linear, MaxPool2d, Module, Relu, Sequential};
     use eager::optim::{Optimizer, Sgd};
     manual_seed(1);
@@ -482,7 +494,7 @@ fn train_cnn() -> Result<(f64, f64)> {
 
 /// AdamW on the character GPT of notebook 06 with batch 16 of 32 tokens: vocabulary 64,
 /// width 64, 4 heads, 2 pre-norm blocks, learned positions.
-fn train_gpt() -> Result<(f64, f64)> {
+fn train_gpt() -> Result<Steps> {
     use eager::nn::{self, Embedding, LayerNorm, Linear, Module, TransformerBlock};
     use eager::optim::{Adam, Optimizer};
     manual_seed(1);
@@ -623,13 +635,13 @@ fn main() -> anyhow::Result<()> {
 
     // Training steps of an MLP 784-256-10, batch 64: eager (every op dispatched) and compiled
     // (the same step traced into one program).
-    (r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s) = train_mlp()?;
-    (r.train_cnn_digits_eager_steps_per_s, r.train_cnn_digits_compiled_steps_per_s) = train_cnn()?;
-    (r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s) = train_gpt()?;
+    r.train_mlp_784_256_10_steps_per_s = train_mlp()?;
+    r.train_cnn_digits_steps_per_s = train_cnn()?;
+    r.train_gpt_char_steps_per_s = train_gpt()?;
     let available = runtime::devices(DeviceKind::Cpu)?.len();
     for n in [1, 2, 4].into_iter().filter(|&n| n <= available) {
-        let (eager, compiled) = train_mlp_data_parallel(n)?;
-        r.data_parallel_mlp_steps_per_s.push((n, eager, compiled));
+        let s = train_mlp_data_parallel(n)?;
+        r.data_parallel_mlp_steps_per_s.push((n, s.eager, s.compiled));
     }
     (r.sharded_add_compile_ms, r.sharded_add_compile_outcome) = sharded_add_compile_ms()?;
 
@@ -718,18 +730,14 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
         "  MLP 784-256-128-10 forward, batch 64:          {:7.3} ms = {:9.0} passes/s",
         r.mlp_forward_ms, r.mlp_forward_per_s
     );
-    println!(
-        "  MLP 784-256-10 train step, batch 64, SGD:      {:9.0} steps/s eager, {:9.0} steps/s compiled",
-        r.train_mlp_784_256_10_eager_steps_per_s, r.train_mlp_784_256_10_compiled_steps_per_s
-    );
-    println!(
-        "  CNN digits train step, batch 64, SGD:          {:9.0} steps/s eager, {:9.0} steps/s compiled",
-        r.train_cnn_digits_eager_steps_per_s, r.train_cnn_digits_compiled_steps_per_s
-    );
-    println!(
-        "  char GPT (2 blocks, 64 wide) step, 16x32, AdamW:{:8.0} steps/s eager, {:9.0} steps/s compiled",
-        r.train_gpt_char_eager_steps_per_s, r.train_gpt_char_compiled_steps_per_s
-    );
+    println!("  training steps/s (steady: after the keys turned hot)   eager     fused  compiled");
+    for (label, s) in [
+        ("MLP 784-256-10, batch 64, SGD", r.train_mlp_784_256_10_steps_per_s),
+        ("CNN digits, batch 64, SGD", r.train_cnn_digits_steps_per_s),
+        ("char GPT (2 blocks, 64 wide), 16x32, AdamW", r.train_gpt_char_steps_per_s),
+    ] {
+        println!("    {label:<50} {:>9.0} {:>9.0} {:>9.0}", s.eager, s.fused, s.compiled);
+    }
     println!("  MLP 784-256-10 data-parallel, global batch 64 (steps/s):");
     for (n, eager, compiled) in &r.data_parallel_mlp_steps_per_s {
         println!("    on {n} device(s): {eager:9.0} eager, {compiled:9.0} compiled");
