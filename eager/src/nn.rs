@@ -103,7 +103,8 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight.get().t()?)?;
+        // x wᵀ as one op: the weight is read transposed, not transposed first.
+        let y = x.matmul_transposed(&self.weight.get(), false, true)?;
         match &self.bias {
             Some(b) => y.add(&b.get()),
             None => Ok(y),

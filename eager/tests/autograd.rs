@@ -269,6 +269,22 @@ fn matmul_2d_batched_and_vector() {
         let (a, b) = (uniform(&mut rng, sa, -1.0, 1.0), uniform(&mut rng, sb, -1.0, 1.0));
         check_gradients("matmul", |x| x[0].matmul(&x[1]), vec![a, b]);
     }
+    // Either operand read transposed, batched and broadcast too.
+    let cases: &[(&[usize], &[usize], bool, bool)] = &[
+        (&[3, 2], &[3, 4], true, false),
+        (&[2, 3], &[4, 3], false, true),
+        (&[3, 2], &[4, 3], true, true),
+        (&[2, 3, 2], &[4, 3], true, true),
+        (&[2, 3], &[3, 4, 3], false, true),
+    ];
+    for &(sa, sb, lhs_t, rhs_t) in cases {
+        let (a, b) = (uniform(&mut rng, sa, -1.0, 1.0), uniform(&mut rng, sb, -1.0, 1.0));
+        check_gradients(
+            "matmul_transposed",
+            move |x| x[0].matmul_transposed(&x[1], lhs_t, rhs_t),
+            vec![a, b],
+        );
+    }
 }
 
 #[test]
@@ -711,13 +727,8 @@ fn backward_ops_go_through_the_single_op_cache() -> Result<()> {
     let pass = || -> Result<()> { a.matmul(&b)?.tanh()?.sum_all()?.backward() };
     pass()?;
     let signatures: Vec<String> = cache::entries().iter().map(|e| e.info.signature()).collect();
-    // dL/da = g bᵀ and dL/db = aᵀ g: products of the transposed shapes, and the transposes.
-    for want in [
-        "matmul(f32[5, 3], f32[3, 7])",
-        "matmul(f32[7, 5], f32[5, 3])",
-        "permute(f32[7, 3]) {perm=[1, 0]}",
-        "permute(f32[5, 7]) {perm=[1, 0]}",
-    ] {
+    // dL/da = g bᵀ and dL/db = aᵀ g: products that read an operand transposed (no transposes).
+    for want in ["matmul(f32[5, 3], f32[7, 3]) {rhsᵀ}", "matmul(f32[5, 7], f32[5, 3]) {lhsᵀ}"] {
         assert!(signatures.iter().any(|s| s == want), "{want} is not in the cache: {signatures:?}");
     }
     assert_eq!(
@@ -735,7 +746,7 @@ fn backward_ops_go_through_the_single_op_cache() -> Result<()> {
     assert_eq!(after.misses + after.disk_hits, before.misses + before.disk_hits, "the second pass compiled");
     let ops: Vec<_> = profiler::events_since(mark).into_iter().filter(|e| e.kind == EventKind::Op).collect();
     assert!(
-        ops.iter().any(|e| e.info.signature() == "matmul(f32[5, 3], f32[3, 7])"),
+        ops.iter().any(|e| e.info.signature() == "matmul(f32[5, 3], f32[7, 3]) {rhsᵀ}"),
         "the backward matmul ran"
     );
     assert!(

@@ -526,6 +526,22 @@ fn matmul_cases(s: &mut Suite, rng: &mut StdRng) {
             s.add("matmul", json!({}), vec![a, b], d, EXACT, |t| t[0].matmul(&t[1]));
         }
     }
+    // Operands read transposed: the reference transposes them first.
+    let transposed: &[(&[usize], &[usize], bool, bool)] = &[
+        (&[5, 3], &[5, 4], true, false),
+        (&[3, 5], &[4, 5], false, true),
+        (&[2, 5, 3], &[4, 5], true, true),
+    ];
+    for &d in [DType::F32, DType::I32, DType::BF16].iter() {
+        for &(sa, sb, lhs_t, rhs_t) in transposed {
+            let how = if d.is_float() { Draw::Mixed } else { Draw::Range(-5.0, 5.0) };
+            let (a, b) = (draw(rng, d, sa, how), draw(rng, d, sb, how));
+            let attrs = json!({"lhs_t": lhs_t, "rhs_t": rhs_t});
+            s.add("matmul", attrs, vec![a, b], d, EXACT, move |t| {
+                t[0].matmul_transposed(&t[1], lhs_t, rhs_t)
+            });
+        }
+    }
     // A long inner dim: f16/bf16 products must accumulate in f32 (torch, JAX).
     for &d in FLOATS {
         let (a, b) = (draw(rng, d, &[4, 512], Draw::Normal), draw(rng, d, &[512, 3], Draw::Normal));

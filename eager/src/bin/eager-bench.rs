@@ -302,7 +302,7 @@ fn tier_execute(rt: &runtime::Runtime) -> Result<Vec<TierExecute>> {
         ("add f32[4M]", Op::Binary(Binary::Add), vec![&x, &x]),
         ("exp f32[4M]", Op::Unary(Unary::Exp), vec![&x]),
         ("row sum f32[1024, 1024]", row_sum, vec![&h]),
-        ("matmul f32[512, 512]", Op::Matmul(Matmul), vec![&a, &a]),
+        ("matmul f32[512, 512]", Op::Matmul(Matmul::default()), vec![&a, &a]),
     ];
     let dev = &rt.client.devices[0];
     let mut out = Vec::new();
@@ -671,7 +671,7 @@ fn main() -> anyhow::Result<()> {
     let ours = time_calls(20, || {
         a.matmul(&b).unwrap().block_until_ready().unwrap();
     });
-    let mm = eager::tensor::executable_for(Op::Matmul(Matmul), &[&a, &b])?;
+    let mm = eager::tensor::executable_for(Op::Matmul(Matmul::default()), &[&a, &b])?;
     let mm_args = [a.buffer()?, b.buffer()?];
     let raw = time_calls(20, || {
         let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();

@@ -94,7 +94,7 @@ pub(crate) trait CompositeOps: Operand {
             return Err(Error::shape("scaled_dot_product_attention", msg));
         }
         let d = q.shape_of()[rank - 1];
-        let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(1.0 / (d as f64).sqrt())?;
+        let scores = q.matmul_transposed(k, false, true)?.mul_scalar(1.0 / (d as f64).sqrt())?;
         let (l, s) = (scores.shape_of()[scores.rank_of() - 2], scores.shape_of()[scores.rank_of() - 1]);
         let mut keep = mask.cloned();
         if causal {

@@ -125,7 +125,7 @@ impl OpDef for IndexSelect {
         let g2 = gp.reshape(&[k as isize, -1])?;
         let positions = idx.arange_at(0.0, n as f64, 1.0, idx.dtype_of())?;
         let onehot = idx.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(g.dtype_of())?;
-        let scattered = onehot.t()?.matmul(&g2)?;
+        let scattered = onehot.matmul_transposed(&g2, true, false)?;
         let mut full: Vec<isize> = vec![n as isize];
         full.extend(rest.iter().map(|&r| r as isize));
         let mut inverse = vec![0isize; rank];

@@ -1,5 +1,7 @@
 //! Matrix product: `[..., m, k] x [..., k, n]` with broadcast batch dims, and torch's
-//! promotion of 1-D operands. f16 and bf16 products accumulate in f32 and round once.
+//! promotion of 1-D operands. f16 and bf16 products accumulate in f32 and round once. Either
+//! operand may be read transposed (`dot_general` contracts any dim), so `x @ wᵀ` (a Linear),
+//! `q @ kᵀ` (attention) and the products of matmul's own gradient are one op, not two.
 
 use crate::error::{Error, Result};
 use crate::shape::{Shape, Spec};
@@ -12,9 +14,28 @@ use super::{
 };
 
 /// Batched matrix product of two operands of rank >= 2 (1-D ones are promoted by
-/// [`MatmulOps::matmul`] before this op).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Matmul;
+/// [`MatmulOps::matmul`] before this op), each read with its last two dims swapped when
+/// `lhs_t` / `rhs_t` say so.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Matmul {
+    pub lhs_t: bool,
+    pub rhs_t: bool,
+}
+
+impl Matmul {
+    /// `(rows, inner)` of the left operand as read, `(inner, columns)` of the right.
+    fn dims(&self, a: &[usize], b: &[usize]) -> ((usize, usize), (usize, usize)) {
+        let last2 = |s: &[usize], t: bool| {
+            let (p, q) = (s[s.len() - 2], s[s.len() - 1]);
+            if t {
+                (q, p)
+            } else {
+                (p, q)
+            }
+        };
+        (last2(a, self.lhs_t), last2(b, self.rhs_t))
+    }
+}
 
 impl OpDef for Matmul {
     /// Batch dims run along both operands' (broadcast), rows along the left one's, columns
@@ -24,12 +45,21 @@ impl OpDef for Matmul {
         let batch = |s: &Spec| Spec { shape: s.shape[..s.rank() - 2].into(), dtype: s.dtype };
         let out_batch = Spec { shape: output.shape[..nb].into(), dtype: output.dtype };
         let mut sources = broadcast_sources(&[batch(&inputs[0]), batch(&inputs[1])], &out_batch);
-        sources.push(smallvec::smallvec![(0, inputs[0].rank() - 2)]);
-        sources.push(smallvec::smallvec![(1, inputs[1].rank() - 1)]);
+        let (ra, rb) = (inputs[0].rank(), inputs[1].rank());
+        sources.push(smallvec::smallvec![(0, if self.lhs_t { ra - 1 } else { ra - 2 })]);
+        sources.push(smallvec::smallvec![(1, if self.rhs_t { rb - 2 } else { rb - 1 })]);
         sources
     }
     fn name(&self) -> &'static str {
         "matmul"
+    }
+    fn attrs(&self) -> String {
+        match (self.lhs_t, self.rhs_t) {
+            (false, false) => String::new(),
+            (true, false) => "lhsᵀ".into(),
+            (false, true) => "rhsᵀ".into(),
+            (true, true) => "lhsᵀ rhsᵀ".into(),
+        }
     }
 
     fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
@@ -41,10 +71,15 @@ impl OpDef for Matmul {
         if a.len() < 2 || b.len() < 2 {
             return Err(Error::shape(name, format!("needs rank >= 2 operands, got {a:?} and {b:?}")));
         }
-        let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
-        let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
+        let ((m, k), (k2, n)) = self.dims(a, b);
         if k != k2 {
-            return Err(Error::shape(name, format!("inner dimensions differ: {a:?} x {b:?} ({k} != {k2})")));
+            let t = |on: bool| if on { "ᵀ" } else { "" };
+            let msg = format!(
+                "inner dimensions differ: {a:?}{} x {b:?}{} ({k} != {k2})",
+                t(self.lhs_t),
+                t(self.rhs_t)
+            );
+            return Err(Error::shape(name, msg));
         }
         let mut shape = broadcast(name, &a[..a.len() - 2], &b[..b.len() - 2])?;
         shape.extend([m, n]);
@@ -60,13 +95,14 @@ impl OpDef for Matmul {
         let a = e.broadcast(a, &a_shape);
         let b = e.broadcast(b, &b_shape);
         let bd = list(0..nb);
+        // The left operand contracts its columns (its rows when read transposed), the right
+        // its rows (its columns); dot_general's result is batch, then free dims in order.
+        let (lc, rc) = (nb + usize::from(!self.lhs_t), nb + usize::from(self.rhs_t));
         let attr = if nb == 0 {
-            format!("lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [{}]", nb + 1, nb)
+            format!("lhs_contracting_dimensions = [{lc}], rhs_contracting_dimensions = [{rc}]")
         } else {
             format!(
-                "lhs_batching_dimensions = [{bd}], rhs_batching_dimensions = [{bd}], lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [{}]",
-                nb + 1,
-                nb
+                "lhs_batching_dimensions = [{bd}], rhs_batching_dimensions = [{bd}], lhs_contracting_dimensions = [{lc}], rhs_contracting_dimensions = [{rc}]"
             )
         };
         // f16/bf16 products accumulate in f32 and round once, as torch and JAX do.
@@ -80,10 +116,17 @@ impl OpDef for Matmul {
         }
     }
 
+    /// With A' and B' the operands as read (C = A' B'): dA' = g B'ᵀ and dB' = A'ᵀ g, each a
+    /// product with transposed reads; a transposed operand's gradient is that transposed,
+    /// which swaps the product's operands (`(g B'ᵀ)ᵀ = B' gᵀ`).
     fn backward<T: Operand>(&self, x: &[&T], _out: &T, g: &T) -> Result<Grads<T>> {
-        let ga = g.matmul(&x[1].t()?)?;
-        let gb = x[0].t()?.matmul(g)?;
-        Ok(smallvec::smallvec![Some(ga.sum_to(x[0].shape_of())?), Some(gb.sum_to(x[1].shape_of())?)])
+        let (a, b) = (x[0], x[1]);
+        let mm = |l: &T, r: &T, lhs_t: bool, rhs_t: bool| {
+            T::apply(Op::Matmul(Matmul { lhs_t, rhs_t }), &[l, r], None)
+        };
+        let ga = if self.lhs_t { mm(b, g, self.rhs_t, true)? } else { mm(g, b, false, !self.rhs_t)? };
+        let gb = if self.rhs_t { mm(g, a, true, self.lhs_t)? } else { mm(a, g, !self.lhs_t, false)? };
+        Ok(smallvec::smallvec![Some(ga.sum_to(a.shape_of())?), Some(gb.sum_to(b.shape_of())?)])
     }
 }
 
@@ -92,12 +135,20 @@ pub(crate) trait MatmulOps: Operand {
     /// torch's rules: a 1-D operand is promoted (a dim of 1 added in front for the left, at
     /// the end for the right) and the added dim removed from the result.
     fn matmul(&self, other: &Self) -> Result<Self> {
+        self.matmul_transposed(other, false, false)
+    }
+
+    /// `matmul` of the operands read with their last two dims swapped where `lhs_t` / `rhs_t`
+    /// say (`a.matmul_transposed(&w, false, true)` is `a.matmul(&w.t())`, as one op). A 1-D
+    /// operand is never transposed.
+    fn matmul_transposed(&self, other: &Self, lhs_t: bool, rhs_t: bool) -> Result<Self> {
         if self.rank_of() == 0 || other.rank_of() == 0 {
             return Err(Error::shape("matmul", "both operands need at least one dim"));
         }
         let a = if self.rank_of() == 1 { self.unsqueeze(0)? } else { self.clone() };
         let b = if other.rank_of() == 1 { other.unsqueeze(-1)? } else { other.clone() };
-        let mut r = Self::apply(Op::Matmul(Matmul), &[&a, &b], None)?;
+        let op = Matmul { lhs_t: lhs_t && self.rank_of() > 1, rhs_t: rhs_t && other.rank_of() > 1 };
+        let mut r = Self::apply(Op::Matmul(op), &[&a, &b], None)?;
         if self.rank_of() == 1 {
             r = r.squeeze(-2)?;
         }
@@ -118,27 +169,40 @@ mod tests {
 
     #[test]
     fn a_matrix_product_contracts_the_inner_dims() {
-        let m = module(Matmul, &[f32s(&[2, 3]), f32s(&[3, 4])]);
+        let m = module(Matmul::default(), &[f32s(&[2, 3]), f32s(&[3, 4])]);
         assert!(m.contains("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]"), "{m}");
         assert!(m.contains("-> tensor<2x4xf32>"), "{m}");
     }
 
     #[test]
     fn batch_dims_broadcast_and_are_batching_dims() {
-        let m = module(Matmul, &[f32s(&[5, 2, 3]), f32s(&[3, 4])]);
+        let m = module(Matmul::default(), &[f32s(&[5, 2, 3]), f32s(&[3, 4])]);
         assert!(m.contains("lhs_batching_dimensions = [0], rhs_batching_dimensions = [0]"), "{m}");
         assert!(m.contains("(tensor<3x4xf32>) -> tensor<5x3x4xf32>"), "{m}");
     }
 
     #[test]
     fn half_precision_accumulates_in_f32() {
-        let m = module(Matmul, &[Spec::new(&[2, 2], DType::F16), Spec::new(&[2, 2], DType::F16)]);
+        let m = module(Matmul::default(), &[Spec::new(&[2, 2], DType::F16), Spec::new(&[2, 2], DType::F16)]);
         assert!(m.contains("-> tensor<2x2xf32>") && m.contains("\"stablehlo.convert\""), "{m}");
     }
 
     #[test]
+    fn transposed_reads_contract_the_other_dim() {
+        let op = Matmul { lhs_t: false, rhs_t: true };
+        let m = module(op, &[f32s(&[2, 3]), f32s(&[4, 3])]);
+        assert!(m.contains("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]"), "{m}");
+        assert!(m.contains("-> tensor<2x4xf32>"), "{m}");
+        let op = Matmul { lhs_t: true, rhs_t: false };
+        let m = module(op, &[f32s(&[5, 3, 2]), f32s(&[5, 3, 4])]);
+        assert!(m.contains("lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]"), "{m}");
+        assert!(m.contains("-> tensor<5x2x4xf32>"), "{m}");
+        assert_eq!(op.attrs(), "lhsᵀ");
+    }
+
+    #[test]
     fn inner_dims_must_agree() {
-        let e = Matmul.infer(&[f32s(&[2, 3]), f32s(&[4, 5])]).unwrap_err().to_string();
+        let e = Matmul::default().infer(&[f32s(&[2, 3]), f32s(&[4, 5])]).unwrap_err().to_string();
         assert!(e.contains("inner dimensions differ"), "{e}");
     }
 }

@@ -128,6 +128,10 @@ forward! {
     /// removed; batch dims broadcast. f16 and bf16 products accumulate in f32 and round once.
     /// Integer products wrap on overflow.
     matmul(other: &Tensor) => MatmulOps;
+    /// `matmul` with either operand read transposed (its last two dims swapped), as one op:
+    /// `x.matmul_transposed(&w, false, true)` is `x.matmul(&w.t())` without the transpose
+    /// (XLA's `dot_general` contracts any dim). A 1-D operand is never transposed.
+    matmul_transposed(other: &Tensor, lhs_t: bool, rhs_t: bool) => MatmulOps;
 
     // ----- reductions (ops/reduce.rs) ----------------------------------------------------------
     /// Sum over `dims` (all dims if empty). f16 and bf16 accumulate in f32 and round once, as

@@ -267,7 +267,7 @@ def compute(op, a, x):
     if op == "where":
         return np.where(x[0], x[1], x[2])
     if op == "matmul":
-        return np.matmul(x[0], x[1])
+        return np.matmul(*transposed(x, a))
     if op in ("sum", "mean", "max", "min"):
         return reduce(op, x[0], a)
     if op in ("argmax", "argmin"):
@@ -336,13 +336,19 @@ def compute(op, a, x):
     raise KeyError(f"no reference for op {op!r}")
 
 
+def transposed(x, a):
+    """matmul's operands as read: each with its last two dims swapped where lhs_t / rhs_t."""
+    flip = [a.get("lhs_t", False), a.get("rhs_t", False)]
+    return [np.swapaxes(v, -1, -2) if t else v for v, t in zip(x, flip)]
+
+
 def magnitude(op, a, x):
     """The op on |x| for sums and products: the scale of their rounding error."""
     ax = [np.abs(v.astype(np.float64)) if v.dtype.kind == "f" else v for v in x]
     if op in ("sum", "mean"):
         return reduce(op, ax[0], a)
     if op == "matmul":
-        return np.matmul(ax[0], ax[1])
+        return np.matmul(*transposed(ax, a))
     if op in ("conv1d", "conv2d"):
         return conv(ax[0], ax[1], a)
     if op == "conv_transpose2d":
