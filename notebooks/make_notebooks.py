@@ -9,6 +9,21 @@ HERE = pathlib.Path(__file__).parent
 KERNELSPEC = {"name": "eager", "display_name": "Rust (eager)", "language": "rust"}
 LANGUAGE = {"name": "rust", "file_extension": ".rs", "mimetype": "text/rust", "codemirror_mode": "rust"}
 
+
+# The two spirals of notebooks 04 and 07, 256 points each: `x` f32[512, 2], `y` i64[512].
+SPIRALS = ("let n = 256;\n"
+           "let (mut points, mut labels) = (Vec::new(), Vec::new());\n"
+           "for class in 0..2 {\n"
+           "    for i in 0..n {\n"
+           "        let r = 0.1 + i as f32 / n as f32;\n"
+           "        let angle = 3.0 * r * std::f32::consts::PI + class as f32 * std::f32::consts::PI;\n"
+           "        points.extend([r * angle.cos(), r * angle.sin()]);\n"
+           "        labels.push(class as i64);\n"
+           "    }\n"
+           "}\n"
+           "let x = Tensor::from_slice(&points, &[2 * n, 2])?;\n"
+           "let y = Tensor::from_slice(&labels, &[2 * n])?;\n")
+
 NOTEBOOKS = {
     "01-quickstart.ipynb": [
         new_markdown_cell("# eager quickstart\n\nEvery tensor op runs **at once** on the device. "
@@ -150,18 +165,7 @@ NOTEBOOKS = {
         new_code_cell("use eager::nn::{self, Linear, Module, Relu, Sequential};\n"
                       "use eager::optim::{Adam, Optimizer};\n"
                       "// Two spirals, 256 points each: (x, y) coordinates and a class 0 / 1.\n"
-                      "let n = 256;\n"
-                      "let (mut points, mut labels) = (Vec::new(), Vec::new());\n"
-                      "for class in 0..2 {\n"
-                      "    for i in 0..n {\n"
-                      "        let r = 0.1 + i as f32 / n as f32;\n"
-                      "        let angle = 3.0 * r * std::f32::consts::PI + class as f32 * std::f32::consts::PI;\n"
-                      "        points.extend([r * angle.cos(), r * angle.sin()]);\n"
-                      "        labels.push(class as i64);\n"
-                      "    }\n"
-                      "}\n"
-                      "let x = Tensor::from_slice(&points, &[2 * n, 2])?;\n"
-                      "let y = Tensor::from_slice(&labels, &[2 * n])?;\n"
+                      + SPIRALS +
                       "(x.shape().to_vec(), y.shape().to_vec())"),
         new_markdown_cell("## Eager\n\nA model, an optimizer, and the step written as in PyTorch. "
                           "`viz::profile` records every op the loop dispatches."),
@@ -549,18 +553,7 @@ NOTEBOOKS = {
                           "losses."),
         new_code_cell("use eager::nn::{self, Linear, Module, Relu, Sequential};\n"
                       "use eager::optim::{Adam, Optimizer};\n"
-                      "let n = 256;\n"
-                      "let (mut points, mut labels) = (Vec::new(), Vec::new());\n"
-                      "for class in 0..2 {\n"
-                      "    for i in 0..n {\n"
-                      "        let r = 0.1 + i as f32 / n as f32;\n"
-                      "        let angle = 3.0 * r * std::f32::consts::PI + class as f32 * std::f32::consts::PI;\n"
-                      "        points.extend([r * angle.cos(), r * angle.sin()]);\n"
-                      "        labels.push(class as i64);\n"
-                      "    }\n"
-                      "}\n"
-                      "let x = Tensor::from_slice(&points, &[2 * n, 2])?;\n"
-                      "let y = Tensor::from_slice(&labels, &[2 * n])?;\n"
+                      + SPIRALS +
                       "fn mlp() -> Result<Sequential> {\n"
                       "    Ok(Sequential::new().add(Linear::new(2, 64)?).add(Relu).add(Linear::new(64, 64)?).add(Relu).add(Linear::new(64, 2)?))\n"
                       "}\n"

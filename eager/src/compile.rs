@@ -377,15 +377,31 @@ pub fn fused<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 /// Takes this thread's fused recording out of the tracer (ops then run eagerly).
 fn take_fused() -> Option<Recording> {
+    let this = std::thread::current().id();
+    take_recording_if(|r| r.thread == this && r.fused.is_some())
+}
+
+/// Takes the tracer's recording out if `which` picks it (no lock when nothing records).
+fn take_recording_if(which: impl Fn(&Recording) -> bool) -> Option<Recording> {
     let t = tracer();
-    let mut slot = lock(&t.recording);
-    match slot.as_ref() {
-        Some(r) if r.thread == std::thread::current().id() && r.fused.is_some() => {
-            t.active.store(false, Ordering::Release);
-            slot.take()
-        }
-        _ => None,
+    if !t.active.load(Ordering::Acquire) {
+        return None;
     }
+    let mut slot = lock(&t.recording);
+    if !slot.as_ref().is_some_and(which) {
+        return None;
+    }
+    t.active.store(false, Ordering::Release);
+    slot.take()
+}
+
+/// Runs what this thread's fused region recorded so far; returns the fresh recording the
+/// region goes on with (not yet put back).
+fn run_recorded() -> Option<Recording> {
+    let rec = take_fused()?;
+    let fresh = Recording { implicit: rec.implicit, ..Recording::new(rec.device, rec.runtime.clone(), true) };
+    run_fused(rec);
+    Some(fresh)
 }
 
 /// Puts a fused recording back (a fresh one, after a flush, or one set aside).
@@ -397,10 +413,7 @@ fn put_fused(rec: Recording) {
 
 /// Runs what this thread's fused region recorded so far, and goes on recording afresh.
 fn flush_fused() {
-    if let Some(rec) = take_fused() {
-        let fresh =
-            Recording { implicit: rec.implicit, ..Recording::new(rec.device, rec.runtime.clone(), true) };
-        run_fused(rec);
+    if let Some(fresh) = run_recorded() {
         put_fused(fresh);
     }
 }
@@ -510,21 +523,7 @@ pub fn fused_mode() -> bool {
 /// (a REPL ends it after each cell, from its control thread); a new region starts with the
 /// next op. Explicit regions ([`fused`]) and traces are left alone.
 pub fn end_fused_region() {
-    let t = tracer();
-    if !t.fused_mode.load(Ordering::Relaxed) && !t.active.load(Ordering::Acquire) {
-        return;
-    }
-    let rec = {
-        let mut slot = lock(&t.recording);
-        match slot.as_ref() {
-            Some(r) if r.fused.is_some() && r.implicit => {
-                t.active.store(false, Ordering::Release);
-                slot.take()
-            }
-            _ => None,
-        }
-    };
-    if let Some(rec) = rec {
+    if let Some(rec) = take_recording_if(|r| r.fused.is_some() && r.implicit) {
         run_fused(rec);
     }
 }
@@ -540,10 +539,7 @@ pub(crate) fn set_fused_aside() -> Option<impl Drop> {
             }
         }
     }
-    let rec = take_fused()?;
-    let fresh = Recording { implicit: rec.implicit, ..Recording::new(rec.device, rec.runtime.clone(), true) };
-    run_fused(rec);
-    Some(Resume(Some(fresh)))
+    run_recorded().map(|fresh| Resume(Some(fresh)))
 }
 
 /// One trace of a compiled function: its program and what feeds it.

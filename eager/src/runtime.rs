@@ -360,7 +360,7 @@ pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fet
         _ => cache().first_tier(),
     };
     let mut fetched = None;
-    if tier == Tier::Quick {
+    if tier == Tier::Quick && rt.disk.is_some() {
         // Optimized in an earlier run: load that.
         let program = Program::of(rt, &key, Tier::Optimized)?;
         fetched = program.load(rt).map(|exe| (program, exe));

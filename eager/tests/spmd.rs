@@ -345,13 +345,19 @@ fn collectives_since(mark: u64) -> Vec<String> {
         .collect()
 }
 
+/// 0..24 as `f32[4, 6]`, rows 0-1 on data=0 and rows 2-3 on data=1 (each whole over model):
+/// the values and the tensor.
+fn rows_over_data(m: &Mesh) -> Result<(Vec<f32>, Tensor)> {
+    let host: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    let x = Tensor::from_slice(&host, &[4, 6])?.shard(m, &P::new(&[Some("data")]))?;
+    Ok((host, x))
+}
+
 #[test]
 fn collectives_over_a_mesh_axis_against_hand_computed_blocks() -> Result<()> {
     let _serial = common::serial();
     let m = mesh();
-    // Rows 0-1 on data=0, rows 2-3 on data=1 (each whole over model).
-    let host: Vec<f32> = (0..24).map(|v| v as f32).collect();
-    let x = Tensor::from_slice(&host, &[4, 6])?.shard(&m, &P::new(&[Some("data")]))?;
+    let (host, x) = rows_over_data(&m)?;
     let block = |b: usize| host[b * 12..(b + 1) * 12].to_vec();
     let (b0, b1) = (block(0), block(1));
 
@@ -429,8 +435,7 @@ fn every_collective(a: &[Tensor]) -> Result<Vec<Tensor>> {
 fn collectives_inside_a_compiled_function_equal_their_eager_form() -> Result<()> {
     let _serial = common::serial();
     let m = mesh();
-    let host: Vec<f32> = (0..24).map(|v| v as f32).collect();
-    let x = Tensor::from_slice(&host, &[4, 6])?.shard(&m, &P::new(&[Some("data")]))?;
+    let (_, x) = rows_over_data(&m)?;
     let want = every_collective(std::slice::from_ref(&x))?;
 
     let f = eager::compile("every_collective", every_collective);

@@ -239,22 +239,13 @@ fn first_call_ops() -> Result<Vec<FirstCall>> {
 /// The first SGD step of an MLP 784-256-10 in this process: its wall time, result read
 /// back, and the executables it needed.
 fn mlp_first_step() -> Result<FirstStep> {
-    use eager::nn::{self, Linear, Module, Relu, Sequential};
-    use eager::optim::{Optimizer, Sgd};
-    manual_seed(1);
-    let model = Sequential::new().add(Linear::new(784, 256)?).add(Relu).add(Linear::new(256, 10)?);
-    let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
-    let x = Tensor::rand(&[64, 784], DType::F32)?;
-    let y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
+    use eager::nn::Module;
+    let m = Mlp::new(None)?;
     synchronize();
     let mark = profiler::next_seq();
     let t = Instant::now();
-    let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
-    loss.backward()?;
-    sgd.step()?;
-    sgd.zero_grad();
-    loss.item::<f32>()?;
-    for p in model.parameters() {
+    m.step(&m.x, &m.y)?.item::<f32>()?;
+    for p in m.model.parameters() {
         p.get().block_until_ready()?;
     }
     let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -265,11 +256,7 @@ fn mlp_first_step() -> Result<FirstStep> {
     let mut steps = Vec::new();
     for _ in 0..10 {
         let t = Instant::now();
-        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
-        loss.backward()?;
-        sgd.step()?;
-        sgd.zero_grad();
-        loss.block_until_ready()?;
+        m.step(&m.x, &m.y)?.block_until_ready()?;
         steps.push(t.elapsed().as_secs_f64());
     }
     Ok(FirstStep { ms, executables, then_steps_per_s: 1.0 / median(steps) })
@@ -403,51 +390,59 @@ struct Steps {
     compiled: f64,
 }
 
+/// The MLP 784-256-10 the bench trains: seeded, SGD with momentum 0.9, a fixed batch of 64;
+/// with `mesh`, the batch split over its axis `data` and the weights whole on each device.
+struct Mlp {
+    model: eager::nn::Sequential,
+    sgd: eager::optim::Sgd,
+    x: Tensor,
+    y: Tensor,
+}
+
+impl Mlp {
+    fn new(mesh: Option<&eager::Mesh>) -> Result<Mlp> {
+        use eager::nn::{Linear, Module, Relu, Sequential};
+        manual_seed(1);
+        let model = Sequential::new().add(Linear::new(784, 256)?).add(Relu).add(Linear::new(256, 10)?);
+        let mut x = Tensor::rand(&[64, 784], DType::F32)?;
+        let mut y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
+        if let Some(mesh) = mesh {
+            for p in model.parameters() {
+                p.set(p.get().replicate(mesh)?)?;
+            }
+            let data = eager::PartitionSpec::new(&[Some("data")]);
+            (x, y) = (x.shard(mesh, &data)?, y.shard(mesh, &data)?);
+        }
+        // The optimizer's state is made where the weights are.
+        let sgd = eager::optim::Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
+        Ok(Mlp { model, sgd, x, y })
+    }
+
+    /// One SGD step on `(x, y)`; returns the loss.
+    fn step(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        use eager::nn::Module;
+        use eager::optim::Optimizer;
+        let loss = eager::nn::cross_entropy(&self.model.forward(x)?, y)?;
+        loss.backward()?;
+        self.sgd.step()?;
+        self.sgd.zero_grad();
+        Ok(loss)
+    }
+}
+
 /// SGD (momentum 0.9) on an MLP 784-256-10 with batch 64.
 fn train_mlp() -> Result<Steps> {
-    use eager::nn::{self, Linear, Module, Relu, Sequential};
-    use eager::optim::{Optimizer, Sgd};
-    manual_seed(1);
-    let model = Sequential::new().add(Linear::new(784, 256)?).add(Relu).add(Linear::new(256, 10)?);
-    let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
-    let x = Tensor::rand(&[64, 784], DType::F32)?;
-    let y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
-    steps_per_s("train_step", &x, &y, |x, y| {
-        let loss = nn::cross_entropy(&model.forward(x)?, y)?;
-        loss.backward()?;
-        sgd.step()?;
-        sgd.zero_grad();
-        Ok(loss)
-    })
+    let m = Mlp::new(None)?;
+    steps_per_s("train_step", &m.x, &m.y, |x, y| m.step(x, y))
 }
 
 /// SGD steps per second of the MLP 784-256-10 on a global batch of 64, data-parallel over
 /// the first `devices` devices (batch split over a mesh axis `data`, weights whole on each
 /// device; one device: no mesh at all), eager then compiled into one (SPMD) program.
 fn train_mlp_data_parallel(devices: usize) -> Result<Steps> {
-    use eager::nn::{self, Linear, Module, Relu, Sequential};
-    use eager::optim::{Optimizer, Sgd};
-    use eager::{Mesh, PartitionSpec};
-    manual_seed(1);
-    let model = Sequential::new().add(Linear::new(784, 256)?).add(Relu).add(Linear::new(256, 10)?);
-    let mut x = Tensor::rand(&[64, 784], DType::F32)?;
-    let mut y = Tensor::from_slice(&(0..64).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[64])?;
-    if devices > 1 {
-        let mesh = Mesh::new(&[("data", devices)])?;
-        for p in model.parameters() {
-            p.set(p.get().replicate(&mesh)?)?;
-        }
-        let data = PartitionSpec::new(&[Some("data")]);
-        (x, y) = (x.shard(&mesh, &data)?, y.shard(&mesh, &data)?);
-    }
-    let sgd = Sgd::with_momentum(model.parameters(), 0.05, 0.9)?;
-    steps_per_s(&format!("dp_step_{devices}"), &x, &y, |x, y| {
-        let loss = nn::cross_entropy(&model.forward(x)?, y)?;
-        loss.backward()?;
-        sgd.step()?;
-        sgd.zero_grad();
-        Ok(loss)
-    })
+    let mesh = (devices > 1).then(|| eager::Mesh::new(&[("data", devices)])).transpose()?;
+    let m = Mlp::new(mesh.as_ref())?;
+    steps_per_s(&format!("dp_step_{devices}"), &m.x, &m.y, |x, y| m.step(x, y))
 }
 
 /// Milliseconds to get the executable of an add over 4 devices (rows split) at a shape
