@@ -49,6 +49,17 @@ pub enum Error {
         path: PathBuf,
         msg: String,
     },
+    /// A device had no room for an op's results or a transfer (the cap of
+    /// `eager::memory::set_limit`, or the plugin's RESOURCE_EXHAUSTED): names the request and
+    /// the largest tensors live on that device with the ops that made them.
+    OutOfMemory {
+        op: String,
+        device: crate::device::Device,
+        requested: u64,
+        live: u64,
+        largest: Vec<crate::memory::LiveTensor>,
+        cause: String,
+    },
     /// The session was interrupted (Ctrl-C in the REPL, interrupt in a notebook).
     Interrupted {
         op: &'static str,
@@ -68,6 +79,7 @@ impl Error {
             Error::Load(_) => "PluginLoadError",
             Error::Io { .. } => "IoError",
             Error::Format { .. } => "FormatError",
+            Error::OutOfMemory { .. } => "OutOfMemoryError",
             Error::Interrupted { .. } => "Interrupted",
         }
     }
@@ -85,6 +97,19 @@ impl Error {
             Error::Load(e) => e.to_string(),
             Error::Io { path, source } => format!("{}: {source}", path.display()),
             Error::Format { path, msg } => format!("{}: {msg}", path.display()),
+            Error::OutOfMemory { op, device, requested, live, largest, cause } => {
+                use crate::memory::format_bytes;
+                let mut s = format!(
+                    "{op}: out of memory on {device}: asked for {} with {} live there ({cause})",
+                    format_bytes(*requested),
+                    format_bytes(*live)
+                );
+                if !largest.is_empty() {
+                    let list: Vec<String> = largest.iter().map(|t| t.describe()).collect();
+                    s.push_str(&format!("; largest live tensors: {}", list.join("; ")));
+                }
+                s
+            }
             Error::Interrupted { op } => format!("{op}: interrupted"),
         }
     }

@@ -14,7 +14,8 @@
 //!
 //! Map, in layers (bottom up; no module imports one above it): [`dtype`], [`shape`],
 //! [`device`], [`shared`] (process-wide state) → [`pjrt`] (FFI and safe handles), [`plugin`]
-//! (finding plugins per device target), [`error`] → [`ops`] (one file per op family) →
+//! (finding plugins per device target), [`error`], [`memory`] (live tensor bytes, the peak,
+//! the cap) → [`ops`] (one file per op family) →
 //! [`cache`] (in memory), [`disk_cache`] (persistent), [`profiler`] (the event log the viz
 //! crate draws), [`runtime`] (plugins, execute, transfers), [`mesh`] (meshes and shardings)
 //! → [`tensor`] (and its dispatch),
@@ -29,6 +30,7 @@ pub mod disk_cache;
 pub mod dtype;
 pub mod error;
 pub mod io;
+pub mod memory;
 pub mod mesh;
 pub mod nn;
 pub mod ops;

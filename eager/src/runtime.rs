@@ -238,6 +238,12 @@ pub(crate) struct Failure {
     op: String,
     message: String,
     inputs: SmallVec<[Arc<Completion>; 3]>,
+    /// PJRT's code (RESOURCE_EXHAUSTED reads as out of memory), the op, and when it was
+    /// launched on the profiler's clock (its own results, booked after, did not fill the
+    /// memory).
+    code: i32,
+    info: Arc<OpInfo>,
+    launched_ns: u64,
 }
 
 impl Completion {
@@ -320,6 +326,21 @@ impl Completion {
         }) {
             failure = earlier;
         }
+        if out_of_memory(failure.code, &failure.message) {
+            let info = &failure.info;
+            // The launch on the ledger's clock (the failure holds it on the profiler's).
+            let ago = profiler().now_ns().saturating_sub(failure.launched_ns);
+            let launched = crate::memory::now_ns().saturating_sub(ago);
+            let own = |t: &crate::memory::LiveTensor| t.op == info.name && t.made_ns >= launched;
+            let cause = format!("{}; reported when reading the result of {read}", failure.message);
+            return crate::memory::out_of_memory(
+                failure.op.clone(),
+                info.device,
+                info.output.size_in_bytes() as u64,
+                cause,
+                &own,
+            );
+        }
         Error::DeviceFailure {
             op: failure.op.clone(),
             message: failure.message.clone(),
@@ -372,7 +393,10 @@ pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fet
             match program.load(rt) {
                 Some(exe) => (program, exe, CacheOutcome::DiskHit),
                 None => {
-                    let exe = program.compile(rt)?;
+                    let exe = {
+                        let _running = Running::start(&program.info);
+                        program.compile(rt)?
+                    };
                     (program, exe, CacheOutcome::Miss)
                 }
             }
@@ -382,6 +406,53 @@ pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fet
     let ns = start.elapsed().as_nanos() as u64;
     let heat = cache().insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
     Ok(Fetched { exe, info, outcome, ns, heat })
+}
+
+/// The compiles a dispatch waits on now (not the background optimizer's), after the last id
+/// given: what a front end's heartbeat shows during a long one.
+static RUNNING: Shared<Mutex<RunningCompiles>> =
+    Shared::new("eager::runtime::RunningCompiles", Mutex::default);
+
+/// (the last id given, each compile running: its id, op and start).
+type RunningCompiles = (u64, Vec<(u64, Arc<OpInfo>, Instant)>);
+
+/// One compile in [`RUNNING`] while it lives.
+struct Running(u64);
+
+impl Running {
+    fn start(info: &Arc<OpInfo>) -> Running {
+        let mut running = lock(RUNNING.get());
+        running.0 += 1;
+        let id = running.0;
+        running.1.push((id, info.clone(), Instant::now()));
+        Running(id)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(RUNNING.get()).1.retain(|(id, ..)| *id != self.0);
+    }
+}
+
+/// A compile running now that a dispatch (or a fused region's read, or a compiled function's
+/// first call) waits on.
+#[derive(Debug, Clone)]
+pub struct RunningCompile {
+    /// Unique for the process: one heartbeat per compile.
+    pub id: u64,
+    /// The op's signature (`matmul(f32[64, 784], f32[784, 256])`, `fused(…)`).
+    pub what: String,
+    pub elapsed: Duration,
+}
+
+/// The compiles running now, oldest first.
+pub fn running_compiles() -> Vec<RunningCompile> {
+    lock(RUNNING.get())
+        .1
+        .iter()
+        .map(|(id, info, t)| RunningCompile { id: *id, what: info.signature(), elapsed: t.elapsed() })
+        .collect()
 }
 
 /// One key's program at one tier: its text, compile options and info.
@@ -582,20 +653,21 @@ pub(crate) fn execute(
     let index_checks = key.op.index_checks(&key.inputs);
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let Fetched { exe, info, outcome, ns: compile_ns, heat } = executable(rt, key, start)?;
+    let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
+    // A closure: the signature is formatted only on failure.
+    let what = || info.signature();
+    crate::memory::admit(&what, device, out_bytes as u64)?;
     let exec_start = Instant::now();
     let buffers: SmallVec<[&pjrt::Buffer; 4]> = args.iter().map(|a| a.buffer).collect();
     let mut out = SmallVec::new();
-    // A closure, not Error::pjrt(..): the signature is formatted only on failure.
-    let done = exe
-        .execute(&buffers, dev, &mut out, true)
-        .map_err(|source| Error::Pjrt { op: info.signature(), source })?;
+    let done =
+        exe.execute(&buffers, dev, &mut out, true).map_err(|e| launch_error(what, device, out_bytes, e))?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
     // Index checks are the last outputs: kept by the completion, read when a result is read.
     let flags: SmallVec<[pjrt::Buffer; 1]> =
         out.drain(out.len().saturating_sub(index_checks.len())..).collect();
     completion.inherit(args, own_checks(index_checks, &info, flags));
-    let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     let p = profiler();
     let seq = p.record(
         EventKind::Op,
@@ -620,8 +692,14 @@ pub(crate) fn execute(
             if let Err(e) = outcome {
                 // Which op of the chain failed first is worked out by the read (see read_error):
                 // the inputs' callbacks may not have run yet.
-                let failure =
-                    Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
+                let failure = Failure {
+                    op: op_info.signature(),
+                    message: e.message,
+                    inputs: inputs_done.clone(),
+                    code: e.code,
+                    info: op_info.clone(),
+                    launched_ns: enqueued_at,
+                };
                 let _ = this.failure.set(Arc::new(failure));
             }
             book_finished(&this, &inputs_done, &[device], enqueued_at, seq, &heat);
@@ -665,7 +743,7 @@ pub(crate) fn execute_partitioned(
     let mut out = Vec::new();
     let events = exe
         .execute_partitioned(&buffers, &mut out)
-        .map_err(|source| Error::Pjrt { op: info.signature(), source })?;
+        .map_err(|e| launch_error(|| info.signature(), info.device, info.output.size_in_bytes(), e))?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let p = profiler();
     let bytes = (in_bytes + info.output.size_in_bytes()) as u64;
@@ -701,8 +779,14 @@ pub(crate) fn execute_partitioned(
             args[0].iter().map(|a| a.completion.clone()).collect();
         let registered = done.on_ready(&rt.client.api, move |outcome| {
             if let Err(e) = outcome {
-                let failure =
-                    Failure { op: op_info.signature(), message: e.message, inputs: inputs_done.clone() };
+                let failure = Failure {
+                    op: op_info.signature(),
+                    message: e.message,
+                    inputs: inputs_done.clone(),
+                    code: e.code,
+                    info: op_info.clone(),
+                    launched_ns: enqueued_at,
+                };
                 let _ = this.failure.set(Arc::new(failure));
             }
             // The last partition to finish completes the op, on every device of the mesh.
@@ -780,6 +864,33 @@ fn book_finished(
     p.op_done();
 }
 
+/// The plugin's allocator figures for `device` (TPU and GPU plugins give them); `None` where
+/// the plugin does not (the CPU plugin). eager's own count of live tensor bytes is
+/// [`crate::memory`].
+pub fn device_memory_stats(device: Device) -> Result<Option<crate::pjrt::DeviceMemoryStats>> {
+    let rt = runtime(device.kind)?;
+    let dev = rt.device(device)?;
+    Ok(rt.client.memory_stats(dev).ok())
+}
+
+/// Whether a PJRT failure is a device out of memory: RESOURCE_EXHAUSTED, or (the CPU plugin
+/// failing an asynchronous launch with INTERNAL) XLA's allocator message.
+fn out_of_memory(code: i32, message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    pjrt::code_name(code) == "RESOURCE_EXHAUSTED"
+        || m.contains("out of memory")
+        || m.contains("resource_exhausted")
+}
+
+/// The error of a launch or transfer PJRT refused: out of memory when the plugin says
+/// RESOURCE_EXHAUSTED (naming what is live), else as PJRT put it.
+fn launch_error(op: impl FnOnce() -> String, device: Device, bytes: usize, source: pjrt::PjrtError) -> Error {
+    if out_of_memory(source.code, &source.message) {
+        return crate::memory::out_of_memory(op(), device, bytes as u64, source.message, &|_| false);
+    }
+    Error::Pjrt { op: op(), source }
+}
+
 /// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.
 pub(crate) fn upload(bytes: &[u8], spec: &Spec, device: Device) -> Result<(pjrt::Buffer, Arc<Runtime>)> {
     if bytes.len() != spec.size_in_bytes() {
@@ -790,12 +901,14 @@ pub(crate) fn upload(bytes: &[u8], spec: &Spec, device: Device) -> Result<(pjrt:
     }
     let rt = runtime(device.kind)?;
     let dev = rt.device(device)?;
+    let what = || format!("copying {spec} to {device}");
+    crate::memory::admit(&what, device, bytes.len() as u64)?;
     let start = Instant::now();
     let dims: SmallVec<[i64; 4]> = spec.shape.iter().map(|&d| d as i64).collect();
     let buffer = rt
         .client
         .buffer_from_host(bytes, spec.dtype.pjrt(), &dims, dev)
-        .map_err(Error::pjrt(format!("copying {spec} to {device}")))?;
+        .map_err(|e| launch_error(what, device, bytes.len(), e))?;
     let ns = start.elapsed().as_nanos() as u64;
     record_transfer(EventKind::HostToDevice, "to_device", spec, device, start, ns);
     Ok((buffer, rt))

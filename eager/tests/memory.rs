@@ -1,5 +1,6 @@
 //! 100 000 ops keep the process's memory bounded: buffers are freed on the last drop, the
-//! compile cache holds one executable per key, and the profiler log is bounded.
+//! compile cache holds one executable per key, the profiler log is bounded, and the memory
+//! ledger holds only what is live.
 //! (Its own test binary: it changes the process-wide profiler capacity.)
 
 use eager::prelude::*;
@@ -28,6 +29,9 @@ fn hundred_thousand_ops_keep_rss_bounded() -> Result<()> {
     // Fixed point of x -> (x + 0.25) / 2 is 0.25.
     assert!(acc.to_vec::<f32>()?.iter().all(|&v| (v - 0.25).abs() < 1e-6));
     assert!(profiler::events().len() <= 10_000);
+    // The memory ledger forgets every freed buffer: a, b, acc and the cached scalar remain.
+    let live = eager::memory::live_tensors();
+    assert!(live.len() <= 4, "{} ledger entries live: {live:?}", live.len());
     let grown = after.saturating_sub(warm) as f64 / (1 << 20) as f64;
     println!(
         "RSS after warm-up {:.1} MiB, after 100k more ops {:.1} MiB (+{grown:.1} MiB)",

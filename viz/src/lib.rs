@@ -53,6 +53,9 @@
 //! cmp.write_png("compare.png")?;
 //! # Ok::<(), viz::Error>(())
 //! ```
+//! - memory: [`memory_chart`] draws eager's memory ledger (`eager::memory`): live bytes over
+//!   time, the peak marked, the largest tensors at the peak with the ops that made them
+//!   ([`MemoryChart`], [`MemoryChart::text`]).
 //! - trace: [`Profile::trace_json`], [`Profile::write_trace`] (Perfetto, `chrome://tracing`).
 //! - hint: [`Profile::hints`], one line each, past [`RECOMPILE_THRESHOLD`] shapes per op.
 
@@ -65,7 +68,10 @@ mod table;
 mod trace;
 mod units;
 
-pub use chart::{compare, line_chart, Chart, ChartKind, Comparison, LineChart, PngImage, RunSummary};
+pub use chart::{
+    compare, line_chart, memory_chart, Chart, ChartKind, Comparison, LineChart, MemoryChart, PngImage,
+    RunSummary,
+};
 pub use error::{Error, Result};
 pub use hint::{Hint, RECOMPILE_THRESHOLD};
 pub use profile::{profile, start, Profile, Recorder};

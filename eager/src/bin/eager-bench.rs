@@ -12,7 +12,8 @@
 //!   notebooks, eager and compiled into one program; the MLP data-parallel over 1, 2 and 4
 //!   devices, and what a one-op SPMD program takes to compile;
 //! - matmul 1024 f32 GFLOP/s, ours against the raw execute;
-//! - resident memory after 1 000 000 ops.
+//! - device memory of one MLP training step (live between steps, the peak, what is largest at
+//!   it), and resident memory after 1 000 000 ops.
 
 use std::path::Path;
 use std::process::Command;
@@ -192,6 +193,12 @@ struct Report {
     sharded_add_compile_outcome: String,
     matmul_1024_gflops: f64,
     matmul_1024_raw_gflops: f64,
+    /// Device memory of one eager step of the MLP 784-256-10 (eager's ledger): what stays
+    /// live between steps (weights, momentum, batch), the peak during a step, and the tensor
+    /// largest at that peak.
+    mlp_step_live_kib: f64,
+    mlp_step_peak_kib: f64,
+    mlp_step_largest_at_peak: String,
     memory_ops: usize,
     rss_before_mib: f64,
     rss_after_mib: f64,
@@ -436,6 +443,21 @@ fn train_mlp() -> Result<Steps> {
     steps_per_s("train_step", &m.x, &m.y, |x, y| m.step(x, y))
 }
 
+/// (live KiB between steps, peak KiB during one, the largest tensor at the peak) of the
+/// MLP's eager step.
+fn mlp_step_memory() -> Result<(f64, f64, String)> {
+    let m = Mlp::new(None)?;
+    // Warm: the momentum buffers exist after the first step.
+    m.step(&m.x, &m.y)?.item::<f32>()?;
+    synchronize();
+    eager::memory::reset_peak();
+    let base = eager::memory::live_bytes();
+    m.step(&m.x, &m.y)?.item::<f32>()?;
+    let snap = eager::memory::snapshot();
+    let largest = snap.at_peak.first().map(|t| t.describe()).unwrap_or_default();
+    Ok((base as f64 / 1024.0, snap.peak_bytes as f64 / 1024.0, largest))
+}
+
 /// SGD steps per second of the MLP 784-256-10 on a global batch of 64, data-parallel over
 /// the first `devices` devices (batch split over a mesh axis `data`, weights whole on each
 /// device; one device: no mesh at all), eager then compiled into one (SPMD) program.
@@ -631,6 +653,7 @@ fn main() -> anyhow::Result<()> {
     // Training steps of an MLP 784-256-10, batch 64: eager (every op dispatched) and compiled
     // (the same step traced into one program).
     r.train_mlp_784_256_10_steps_per_s = train_mlp()?;
+    (r.mlp_step_live_kib, r.mlp_step_peak_kib, r.mlp_step_largest_at_peak) = mlp_step_memory()?;
     r.train_cnn_digits_steps_per_s = train_cnn()?;
     r.train_gpt_char_steps_per_s = train_gpt()?;
     let available = runtime::devices(DeviceKind::Cpu)?.len();
@@ -733,6 +756,10 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     ] {
         println!("    {label:<50} {:>9.0} {:>9.0} {:>9.0}", s.eager, s.fused, s.compiled);
     }
+    println!(
+        "  MLP 784-256-10 eager step, device memory: {:.0} KiB live between steps, {:.0} KiB at the peak (largest: {})",
+        r.mlp_step_live_kib, r.mlp_step_peak_kib, r.mlp_step_largest_at_peak
+    );
     println!("  MLP 784-256-10 data-parallel, global batch 64 (steps/s):");
     for (n, eager, compiled) in &r.data_parallel_mlp_steps_per_s {
         println!("    on {n} device(s): {eager:9.0} eager, {compiled:9.0} compiled");

@@ -192,6 +192,30 @@ args!(PJRT_DeviceDescription_Kind_Args { device_description: *mut PJRT_DeviceDes
 args!(PJRT_DeviceDescription_ToString_Args { device_description: *mut PJRT_DeviceDescription, to_string: *const c_char, to_string_size: usize });
 args!(PJRT_Device_GetDescription_Args { device: *mut PJRT_Device, device_description: *mut PJRT_DeviceDescription });
 args!(PJRT_Device_LocalHardwareId_Args { device: *mut PJRT_Device, local_hardware_id: c_int });
+args!(PJRT_Device_MemoryStats_Args {
+    device: *mut PJRT_Device,
+    bytes_in_use: i64,
+    peak_bytes_in_use: i64,
+    peak_bytes_in_use_is_set: bool,
+    num_allocs: i64,
+    num_allocs_is_set: bool,
+    largest_alloc_size: i64,
+    largest_alloc_size_is_set: bool,
+    bytes_limit: i64,
+    bytes_limit_is_set: bool,
+    bytes_reserved: i64,
+    bytes_reserved_is_set: bool,
+    peak_bytes_reserved: i64,
+    peak_bytes_reserved_is_set: bool,
+    bytes_reservable_limit: i64,
+    bytes_reservable_limit_is_set: bool,
+    largest_free_block_bytes: i64,
+    largest_free_block_bytes_is_set: bool,
+    pool_bytes: i64,
+    pool_bytes_is_set: bool,
+    peak_pool_bytes: i64,
+    peak_pool_bytes_is_set: bool,
+});
 
 args!(PJRT_Executable_Destroy_Args { executable: *mut PJRT_Executable });
 args!(PJRT_LoadedExecutable_Destroy_Args { executable: *mut PJRT_LoadedExecutable });
@@ -299,7 +323,7 @@ c_struct!(
         PJRT_Device_LocalHardwareId: Fn<PJRT_Device_LocalHardwareId_Args>,
         PJRT_Device_AddressableMemories: Unused,
         PJRT_Device_DefaultMemory: Unused,
-        PJRT_Device_MemoryStats: Unused,
+        PJRT_Device_MemoryStats: Fn<PJRT_Device_MemoryStats_Args>,
         PJRT_Memory_Id: Unused,
         PJRT_Memory_Kind: Unused,
         PJRT_Memory_DebugString: Unused,
@@ -405,6 +429,7 @@ pub(crate) mod layout {
             PJRT_DeviceDescription_ToString_Args,
             PJRT_Device_GetDescription_Args,
             PJRT_Device_LocalHardwareId_Args,
+            PJRT_Device_MemoryStats_Args,
             PJRT_Executable_Destroy_Args,
             PJRT_LoadedExecutable_Destroy_Args,
             PJRT_LoadedExecutable_GetExecutable_Args,

@@ -264,6 +264,17 @@ pub struct DeviceInfo {
     pub description: String,
 }
 
+/// A device's allocator figures (`PJRT_Device_MemoryStats`); `None` where the plugin leaves
+/// one out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceMemoryStats {
+    pub bytes_in_use: u64,
+    pub peak_bytes_in_use: Option<u64>,
+    pub bytes_limit: Option<u64>,
+    pub largest_alloc_size: Option<u64>,
+    pub num_allocs: Option<u64>,
+}
+
 /// A PJRT client; destroyed when the last buffer, executable and handle are gone.
 pub struct Client {
     pub api: Arc<Api>,
@@ -397,6 +408,23 @@ impl Client {
             function,
             format!("device {} ({}) is not a device of this client", device.id, device.kind),
         ))
+    }
+
+    /// What the plugin's allocator reports for `device` (TPU and GPU plugins do; the CPU
+    /// plugin answers UNIMPLEMENTED, an error here).
+    pub fn memory_stats(&self, device: &DeviceInfo) -> Result<DeviceMemoryStats> {
+        self.check_device(device, "PJRT_Device_MemoryStats")?;
+        let mut args = ffi::PJRT_Device_MemoryStats_Args::new();
+        args.device = device.raw;
+        call!(&self.api, PJRT_Device_MemoryStats, &mut args)?;
+        let set = |v: i64, is_set: bool| is_set.then_some(v.max(0) as u64);
+        Ok(DeviceMemoryStats {
+            bytes_in_use: args.bytes_in_use.max(0) as u64,
+            peak_bytes_in_use: set(args.peak_bytes_in_use, args.peak_bytes_in_use_is_set),
+            bytes_limit: set(args.bytes_limit, args.bytes_limit_is_set),
+            largest_alloc_size: set(args.largest_alloc_size, args.largest_alloc_size_is_set),
+            num_allocs: set(args.num_allocs, args.num_allocs_is_set),
+        })
     }
 
     /// Compiles a program (`format` "mlir": StableHLO text or bytecode) with serialized

@@ -71,7 +71,7 @@ pub(crate) fn dispatch_all(
         .outputs
         .into_iter()
         .map(|(buffer, spec)| {
-            Tensor::from_parts(buffer, spec, device, rt.clone(), Some(info.clone()), completion.clone())
+            Tensor::from_parts(buffer, spec, device, rt.clone(), (Some(info.clone()), ""), completion.clone())
         })
         .collect())
 }
@@ -107,7 +107,7 @@ pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
 /// Copies host bytes (dense, row-major, of `spec`) to `device` as a tensor.
 pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor> {
     let (buffer, rt) = runtime::upload(bytes, &spec, device)?;
-    Ok(Tensor::from_parts(buffer, spec, device, rt, None, Completion::ready()))
+    Ok(Tensor::from_parts(buffer, spec, device, rt, (None, "upload"), Completion::ready()))
 }
 
 impl Tensor {
@@ -144,7 +144,7 @@ pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
     }
     let rt = t.runtime().clone();
     let buffer = t.with_source(|src| runtime::copy_to_device(src, &rt, device))?;
-    Ok(Tensor::from_parts(buffer, t.spec().clone(), device, rt, None, Completion::ready()))
+    Ok(Tensor::from_parts(buffer, t.spec().clone(), device, rt, (None, "to"), Completion::ready()))
 }
 
 /// Scalars kept on the device before the map is emptied (a loop uses a few constants; a

@@ -59,6 +59,16 @@ struct Inner {
     /// For a tensor made inside a fused region ([`crate::fused`]): its value once the
     /// region's program ran (`traced` says where it is in the region until then).
     lazy: Option<Arc<Lazy>>,
+    /// Its buffers' entries in [`crate::memory`]'s ledger, released on drop.
+    booked: smallvec::SmallVec<[u64; 1]>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for &id in &self.booked {
+            crate::memory::release(id);
+        }
+    }
 }
 
 /// The value of a fused region's result, set when the region's program runs.
@@ -72,17 +82,32 @@ pub(crate) struct Lazy {
 static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
 
 impl Tensor {
+    /// A tensor over `buffer`, made by `producer` (an op) or else by `made_by` (`upload`, `to`).
     pub(crate) fn from_parts(
         buffer: Buffer,
         spec: Spec,
         device: Device,
         runtime: Arc<Runtime>,
-        producer: Option<Arc<OpInfo>>,
+        (producer, made_by): (Option<Arc<OpInfo>>, &'static str),
         completion: Arc<Completion>,
     ) -> Tensor {
+        let op = producer.as_ref().map_or(made_by, |p| p.name);
+        let id = crate::memory::book(spec.size_in_bytes() as u64, device, spec.dtype, &spec.shape, op);
+        let booked = smallvec::smallvec![id];
         let (buffer, traced, host_bounds, shards, lazy) = (Some(buffer), None, None, None, None);
-        let inner =
-            Inner { buffer, spec, device, runtime, producer, completion, traced, host_bounds, shards, lazy };
+        let inner = Inner {
+            buffer,
+            spec,
+            device,
+            runtime,
+            producer,
+            completion,
+            traced,
+            host_bounds,
+            shards,
+            lazy,
+            booked,
+        };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
 
@@ -106,6 +131,7 @@ impl Tensor {
             host_bounds: None,
             shards: None,
             lazy,
+            booked: smallvec::SmallVec::new(),
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }

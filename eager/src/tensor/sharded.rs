@@ -34,6 +34,18 @@ impl Tensor {
         producer: Option<Arc<OpInfo>>,
         completion: Arc<Completion>,
     ) -> Tensor {
+        let op = producer.as_ref().map_or("upload", |p| p.name);
+        // One entry per shard, on its device, as PJRT sizes the buffer.
+        let booked = buffers
+            .iter()
+            .zip(sharding.mesh().devices())
+            .map(|(b, &d)| {
+                let bytes = b.on_device_size().unwrap_or(spec.size_in_bytes() / buffers.len().max(1)) as u64;
+                let dims: Vec<usize> =
+                    b.dims().map(|v| v.iter().map(|&x| x as usize).collect()).unwrap_or_default();
+                crate::memory::book(bytes, d, spec.dtype, &dims, op)
+            })
+            .collect();
         let inner = Inner {
             buffer: None,
             device: sharding.mesh().devices()[0],
@@ -45,6 +57,7 @@ impl Tensor {
             host_bounds: None,
             shards: Some(Box::new(Shards { sharding, buffers })),
             lazy: None,
+            booked,
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }

@@ -6,11 +6,13 @@ mod cache_hits;
 mod compare;
 mod compile_vs_execute;
 mod line;
+mod memory;
 mod raster;
 mod timeline;
 
 pub use compare::{compare, Comparison, RunSummary};
 pub use line::{line_chart, LineChart};
+pub use memory::{memory_chart, MemoryChart};
 
 use plotters::prelude::*;
 
