@@ -23,6 +23,7 @@ pub fn attach() {
 }
 
 fn start_control_server() {
+    crate::live::start_heartbeat();
     let Some(path) = std::env::var_os(CONTROL_SOCKET_ENV) else { return };
     let _ = std::fs::remove_file(&path);
     let listener = match UnixListener::bind(&path) {
@@ -77,6 +78,14 @@ fn handle(req: &Value) -> Result<Value, String> {
             "mesh": eager::mesh::current().map(|m| m.to_string()),
         }),
         "mesh" => json!({ "grid": eager::mesh::current().map(|m| m.grid()) }),
+        "memory" => {
+            if req["reset"].as_bool() == Some(true) {
+                eager::memory::reset_peak();
+            }
+            let device = runtime::default_device();
+            let stats = runtime::device_memory_stats(device).ok().flatten();
+            json!({ "snapshot": eager::memory::snapshot(), "device": device.to_string(), "stats": stats })
+        }
         "mode" => {
             if let Some(fused) = req["fused"].as_bool() {
                 eager::set_fused_mode(fused);
@@ -85,6 +94,7 @@ fn handle(req: &Value) -> Result<Value, String> {
         }
         "end_region" => {
             eager::end_fused_region();
+            crate::live::settle_heartbeats();
             json!({ "ok": true })
         }
         "set_device" => {

@@ -4,7 +4,7 @@
 use std::any::{Any, TypeId};
 use std::fmt::Debug;
 
-use crate::{print_error_block, show, show_all};
+use crate::{print_error_block, show_all};
 
 /// Shows any `Debug` value that ends a REPL cell in one compile; eager's and viz's types with
 /// a rich form (a tensor, cache stats, a profile, a chart, a comparison, a PNG) show that.
@@ -16,15 +16,23 @@ pub trait EvcxrDisplay {
 // and a `TypeId` does not depend on lifetimes.
 impl<T: Debug + ?Sized> EvcxrDisplay for T {
     fn evcxr_display(&self) {
-        // SAFETY: the pointer is `self`'s and the id is `T`'s.
-        if unsafe { show_rich(typeid::of::<T>(), self as *const T as *const ()) } {
+        let bundle = bundle_of(self);
+        // A statement-like cell (a loop, an assignment) shows nothing, as in evcxr.
+        if bundle.len() == 1 && bundle[0].1 == "()" {
             return;
         }
-        let text = format!("{self:?}");
-        // A statement-like cell (a loop, an assignment) shows nothing, as in evcxr.
-        if text != "()" {
-            show("text/plain", &text);
-        }
+        let pairs: Vec<(&str, &str)> = bundle.iter().map(|(m, v)| (m.as_str(), v.as_str())).collect();
+        show_all(&pairs);
+    }
+}
+
+/// How `value` shows, per MIME type: its rich form for eager's and viz's types (a tensor's
+/// text and HTML, a chart's SVG, …), else its `Debug` text.
+pub fn bundle_of<T: Debug + ?Sized>(value: &T) -> Vec<(String, String)> {
+    // SAFETY: the pointer is `value`'s and the id is `T`'s.
+    match unsafe { rich(typeid::of::<T>(), value as *const T as *const ()) } {
+        Some(bundle) => bundle,
+        None => vec![("text/plain".into(), format!("{value:?}"))],
     }
 }
 
@@ -51,55 +59,68 @@ impl<T: Debug + 'static, E: std::fmt::Display + 'static> EvcxrResultDisplay for 
     }
 }
 
-/// Shows the value at `p` if its type (`id`) is one with a rich form; false if not.
+/// The rich form of the value at `p`, if its type (`id`) has one.
 ///
 /// # Safety
 /// `p` points to a live value whose type has the `TypeId` `id` (lifetimes aside).
-unsafe fn show_rich(id: TypeId, p: *const ()) -> bool {
+unsafe fn rich(id: TypeId, p: *const ()) -> Option<Vec<(String, String)>> {
     /// The value as `T`: its type is `T`'s (the lifetimes of `T`, chosen by the caller, are
     /// no longer than the value's: it is only read during this call).
     unsafe fn cast<'a, T>(p: *const ()) -> &'a T {
-        // SAFETY: see `show_rich`.
+        // SAFETY: see `rich`.
         unsafe { &*(p as *const T) }
     }
+    let text = |t: String| vec![("text/plain".to_string(), t)];
+    let both =
+        |t: String, (mime, v): (&str, String)| vec![("text/plain".to_string(), t), (mime.to_string(), v)];
     // SAFETY (every `cast`): `id` is the id of the type it is cast to.
     unsafe {
-        if id == TypeId::of::<eager::Tensor>() {
-            tensor(cast(p));
+        Some(if id == TypeId::of::<eager::Tensor>() {
+            tensor(cast(p))
         } else if id == TypeId::of::<eager::cache::CacheStats>() {
-            show("text/plain", &cast::<eager::cache::CacheStats>(p).to_string());
+            text(cast::<eager::cache::CacheStats>(p).to_string())
         } else if id == TypeId::of::<viz::Profile>() {
             let p: &viz::Profile = cast(p);
-            show_all(&[("text/plain", p.table_text().trim_end()), ("text/html", &p.table_html())]);
+            both(p.table_text().trim_end().to_string(), ("text/html", p.table_html()))
         } else if id == TypeId::of::<viz::Chart<'static>>() {
-            svg(cast::<viz::Chart<'_>>(p).svg());
+            svg(cast::<viz::Chart<'_>>(p).svg())
         } else if id == TypeId::of::<viz::LineChart>() {
-            svg(cast::<viz::LineChart>(p).svg());
+            svg(cast::<viz::LineChart>(p).svg())
+        } else if id == TypeId::of::<viz::MemoryChart>() {
+            let c: &viz::MemoryChart = cast(p);
+            let mut b = svg(c.svg());
+            b.insert(0, ("text/plain".into(), c.text()));
+            b
+        } else if id == TypeId::of::<eager::memory::MemorySnapshot>() {
+            text(cast::<eager::memory::MemorySnapshot>(p).summary(10))
         } else if id == TypeId::of::<viz::Comparison>() {
             let c: &viz::Comparison = cast(p);
-            show_all(&[("text/plain", c.text().trim_end()), ("text/html", &c.html())]);
+            both(c.text().trim_end().to_string(), ("text/html", c.html()))
         } else if id == TypeId::of::<viz::PngImage>() {
             use base64::Engine as _;
-            show("image/png", &base64::engine::general_purpose::STANDARD.encode(&cast::<viz::PngImage>(p).0));
+            let png = base64::engine::general_purpose::STANDARD.encode(&cast::<viz::PngImage>(p).0);
+            vec![("image/png".into(), png)]
         } else {
-            return false;
-        }
+            return None;
+        })
     }
-    true
 }
 
 /// A tensor: its text, and the same in HTML for notebooks.
-fn tensor(t: &eager::Tensor) {
+fn tensor(t: &eager::Tensor) -> Vec<(String, String)> {
     let text = t.to_string();
     let html = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    show_all(&[("text/plain", &text), ("text/html", &format!("<pre class=\"eager-tensor\">{html}</pre>"))]);
+    vec![
+        ("text/plain".into(), text),
+        ("text/html".into(), format!("<pre class=\"eager-tensor\">{html}</pre>")),
+    ]
 }
 
-/// A chart as SVG, or the error that kept it from being drawn.
-fn svg(svg: viz::Result<String>) {
+/// A chart as SVG, or the error that kept it from being drawn as text.
+fn svg(svg: viz::Result<String>) -> Vec<(String, String)> {
     match svg {
-        Ok(svg) => show("image/svg+xml", &svg),
-        Err(e) => eprintln!("{e}"),
+        Ok(svg) => vec![("image/svg+xml".into(), svg)],
+        Err(e) => vec![("text/plain".into(), e.to_string())],
     }
 }
 
@@ -126,10 +147,11 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_value_is_not_rich() {
-        let v = vec![1, 2];
-        // SAFETY: the pointer and id are `v`'s.
-        assert!(!unsafe { show_rich(typeid::of::<Vec<i32>>(), &v as *const Vec<i32> as *const ()) });
+    fn a_plain_value_shows_its_debug_text_and_a_chart_its_svg() {
+        assert_eq!(bundle_of(&vec![1, 2]), vec![("text/plain".to_string(), "[1, 2]".to_string())]);
+        let chart = viz::line_chart("loss", "step", "loss", &[("a", [1.0f32, 0.5])]);
+        let b = bundle_of(&chart);
+        assert!(b.len() == 1 && b[0].0 == "image/svg+xml" && b[0].1.starts_with("<svg"));
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //!   and viz's types through their own renderers (a tensor's text and HTML, a chart's SVG, …),
 //!   anything else with `Debug`, and an `Err` as the cell's error ([`ERROR_MIME`]).
 //! - **Notebook requests**: [`clear_output`] ([`CLEAR_OUTPUT_MARKER`]).
+//! - **Live displays** ([`DisplayHandle`], [`Progress`], [`LiveChart`]): shown at once and
+//!   updated in place while the cell runs ([`DISPLAY_MARKER`] lines: the kernel sends
+//!   `display_data` with a `display_id`, then `update_display_data`); and the compile
+//!   heartbeat, a live line while a compile runs past a second.
 //! - **The control socket** ([`attach`], [`CONTROL_SOCKET_ENV`]): the host reads the profiler
 //!   log and the cache through it, sets the default device and interrupts a running cell.
 //!
@@ -19,11 +23,13 @@
 
 mod control;
 mod display;
+mod live;
 
 use std::io::Write;
 
 pub use control::{attach, CONTROL_SOCKET_ENV};
 pub use display::{EvcxrDisplay, EvcxrResultDisplay};
+pub use live::{DisplayHandle, DisplayLine, LiveChart, Progress, DISPLAY_MARKER};
 
 /// One block of rich output as evcxr reads it from a cell's stdout: `body` shown as `mime`
 /// (one per MIME type per cell: a later block of the same type replaces it).

@@ -1,7 +1,9 @@
 //! `eager-kernel`: a Jupyter kernel for Rust cells on an XLA device. A thin front end over
 //! [`repl::Session`] (the REPL's engine, on its [`Worker`] thread): Jupyter messaging over
 //! ZeroMQ (pure Rust), with every message's HMAC-SHA256 signature checked (a bad one is logged
-//! and dropped, never run). The sockets serve at once (`kernel_info` within a second) while
+//! and dropped, never run). A cell's live displays (`eager_cell::DisplayHandle`: progress
+//! bars, live charts, the compile heartbeat) go out as they come, as `display_data` with a
+//! `display_id` and `update_display_data`. The sockets serve at once (`kernel_info` within a second) while
 //! the session starts behind them; cells sent meanwhile wait for it.
 
 mod install;
@@ -19,7 +21,7 @@ use jupyter_protocol::{
     ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount, HelpLink, HistoryEntry, HistoryReply,
     HistoryRequest, InspectReply, InterruptReply, IsCompleteReply, IsCompleteReplyStatus, JupyterMessage,
     JupyterMessageContent, KernelInfoReply, LanguageInfo, Media, MediaType, ReplyError, ReplyStatus,
-    ShutdownReply, Status, StreamContent,
+    ShutdownReply, Status, StreamContent, Transient, UpdateDisplayData,
 };
 use jupyter_zmq_client as zmq;
 use repl::input::{completeness, Completeness};
@@ -125,6 +127,8 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
             let Some(parent) = current.lock().unwrap().clone() else { return };
             let msg = if line == eager_cell::CLEAR_OUTPUT_MARKER {
                 ClearOutput { wait: false }.as_child_of(&parent)
+            } else if let Some(d) = eager_cell::DisplayLine::parse(line) {
+                JupyterMessage::new(live_display(d), Some(&parent))
             } else {
                 let text = format!("{line}\n");
                 match stream {
@@ -434,6 +438,18 @@ impl Kernel {
                 hits.into_iter().skip(skip).collect()
             }
         }
+    }
+}
+
+/// A cell's live display line as Jupyter's display handles: `display_data` with the id in
+/// `transient`, then `update_display_data` (an empty update empties it: a finished heartbeat).
+fn live_display(d: eager_cell::DisplayLine) -> JupyterMessageContent {
+    let media = Media::new(d.data.into_iter().map(|(mime, v)| media_type(&mime, v)).collect());
+    if d.update {
+        UpdateDisplayData::new(media, &d.id).into()
+    } else {
+        DisplayData { transient: Some(Transient { display_id: Some(d.id) }), ..DisplayData::new(media) }
+            .into()
     }
 }
 

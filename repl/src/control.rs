@@ -76,6 +76,21 @@ impl Control {
         Ok(v["grid"].as_str().map(String::from))
     }
 
+    /// The memory ledger, and the default device's allocator figures where the plugin gives
+    /// them; with `reset`, the peak starts again first.
+    pub fn memory(
+        &mut self,
+        reset: bool,
+    ) -> Result<(eager::memory::MemorySnapshot, String, Option<eager::pjrt::DeviceMemoryStats>)> {
+        let mut v = self.call(json!({"op": "memory", "reset": reset}))?;
+        let device = v["device"].as_str().unwrap_or("?").to_string();
+        Ok((
+            serde_json::from_value(v["snapshot"].take())?,
+            device,
+            serde_json::from_value(v["stats"].take())?,
+        ))
+    }
+
     /// Sets fused mode (`Some`) and says whether it is on.
     pub fn mode(&mut self, fused: Option<bool>) -> Result<bool> {
         let v = self.call(json!({"op": "mode", "fused": fused}))?;

@@ -99,8 +99,17 @@ fn run(args: Args) -> Result<ExitCode> {
     let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None };
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
         Stream::Stdout if line == eager_cell::CLEAR_OUTPUT_MARKER => {}
-        Stream::Stdout => println!("{line}"),
-        Stream::Stderr => eprintln!("{line}"),
+        Stream::Stdout => match eager_cell::DisplayLine::parse(line) {
+            Some(d) => live_line(&d),
+            None => {
+                end_live_line();
+                println!("{line}");
+            }
+        },
+        Stream::Stderr => {
+            end_live_line();
+            eprintln!("{line}");
+        }
     });
     let ctrl_c = Arc::new(CtrlC::default());
     {
@@ -146,6 +155,43 @@ fn wait_for_start(session: &Worker) -> Result<Interrupter, String> {
     r
 }
 
+/// The live display drawn on the terminal's last line, not ended yet (its id).
+static LIVE_LINE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Draws a live display's text (a progress bar, a chart's summary, the compile heartbeat) on
+/// one line, redrawn in place by its updates; an empty update erases it.
+fn live_line(d: &eager_cell::DisplayLine) {
+    let mut open = LIVE_LINE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = std::io::stdout().lock();
+    let text = d.get("text/plain").unwrap_or("");
+    let here = open.as_deref() == Some(d.id.as_str());
+    if d.data.is_empty() || text.is_empty() {
+        // Erased if it is on the line; a display drawn earlier (above) stays as it was.
+        if here {
+            let _ = write!(out, "\r\x1b[2K");
+            *open = None;
+        }
+    } else {
+        if here {
+            // Back to the start of the line, and clear it.
+            let _ = write!(out, "\r\x1b[2K");
+        } else if open.is_some() {
+            let _ = writeln!(out);
+        }
+        let _ = write!(out, "{text}");
+        *open = Some(d.id.clone());
+    }
+    let _ = out.flush();
+}
+
+/// Ends the live line (another output comes below it).
+fn end_live_line() {
+    let mut open = LIVE_LINE.lock().unwrap_or_else(|p| p.into_inner());
+    if open.take().is_some() {
+        println!();
+    }
+}
+
 /// Evaluates one cell and prints what it gives; false if it failed.
 fn eval_and_print(session: &Worker, ctrl_c: &CtrlC, cell: &str) -> bool {
     let result = match wait_for_start(session) {
@@ -160,6 +206,7 @@ fn eval_and_print(session: &Worker, ctrl_c: &CtrlC, cell: &str) -> bool {
     // Let the child's last output lines (already in the sink's channel) reach the terminal
     // before the result.
     std::thread::sleep(Duration::from_millis(5));
+    end_live_line();
     match result {
         Ok(outputs) => {
             for o in outputs {

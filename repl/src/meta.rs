@@ -13,6 +13,10 @@ pub enum MetaCommand {
     Mesh,
     /// Show fused mode (`None`) or turn it on or off.
     Mode(Option<bool>),
+    /// `:memory` (live tensors and the peak), `:memory reset` (the peak starts again).
+    Memory {
+        reset: bool,
+    },
     /// Per-op table of the last cell, or of the whole session.
     Profile {
         session: bool,
@@ -43,6 +47,8 @@ pub const META_NAMES: &[&str] = &[
     ":timeline",
     ":trace",
     ":cache",
+    ":memory",
+    ":memory reset",
     ":cache clear",
     ":cache clear --disk",
     ":vars",
@@ -63,6 +69,7 @@ eager commands:
   :timeline [FILE]       timeline chart of the last cell to a .png or .svg file (default eager-timeline.png)
   :trace FILE            the session's dispatches as a Perfetto / chrome://tracing JSON file
   :cache                 compile cache statistics (memory and disk)
+  :memory [reset]        device memory: live tensor bytes, the peak, the largest tensors (reset: peak from now)
   :cache clear [--disk]  empty the in-memory compile cache (--disk: the persistent one too)
   :vars                  variables and their types
   :quit                  exit (Ctrl-D too); Ctrl-C stops a running cell
@@ -89,6 +96,11 @@ impl MetaCommand {
             (":device", Some(d)) => MetaCommand::Device(d.to_string()),
             (":device", None) => {
                 return Some(Err(":device needs a device: cpu, tpu, cuda or e.g. cpu:1".into()))
+            }
+            (":memory", None) => MetaCommand::Memory { reset: false },
+            (":memory", Some("reset")) => MetaCommand::Memory { reset: true },
+            (":memory", Some(other)) => {
+                return Some(Err(format!(":memory takes nothing or `reset`, not {other:?}")))
             }
             (":profile", None) => MetaCommand::Profile { session: false },
             (":profile", Some("session")) => MetaCommand::Profile { session: true },

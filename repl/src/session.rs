@@ -364,6 +364,33 @@ impl Session {
                 };
                 vec![Output::text(text)]
             }
+            MetaCommand::Memory { reset } => {
+                let (snapshot, device, stats) = self.control()?.memory(reset)?;
+                let mut text = snapshot.summary(8);
+                if reset {
+                    text = format!("peak reset to what is live now\n{text}");
+                }
+                text.push_str(&match stats {
+                    Some(s) => {
+                        let opt = |v: Option<u64>| v.map_or("?".into(), eager::memory::format_bytes);
+                        format!(
+                            "\n{device} (the plugin's allocator): {} in use · peak {} · limit {}",
+                            eager::memory::format_bytes(s.bytes_in_use),
+                            opt(s.peak_bytes_in_use),
+                            opt(s.bytes_limit)
+                        )
+                    }
+                    None => format!(
+                        "\n{device}: the plugin reports no allocator figures (eager's own count above)"
+                    ),
+                });
+                let mut out = vec![Output::text(text)];
+                // The chart for notebooks (a terminal prints text/plain alone, and it has none).
+                if let Ok(svg) = viz::MemoryChart::new(snapshot).svg() {
+                    out.push(Output { data: vec![("image/svg+xml".into(), svg)], is_result: false });
+                }
+                out
+            }
             MetaCommand::Device(d) => {
                 let d = self.control()?.set_device(&d)?;
                 vec![Output::text(format!("default device is now {d}"))]

@@ -135,6 +135,32 @@ fn a_session_in_a_terminal() {
     cell(&mut p, ":mode eager", "eager mode: each op runs at once");
     cell(&mut p, ":mode", "eager mode");
 
+    // A progress bar redraws one line in place; its last state stays.
+    cell(
+        &mut p,
+        "let mut bar = eager_cell::Progress::new(\"steps\", 30); for _ in 0..30 { std::thread::sleep(std::time::Duration::from_millis(10)); bar.inc(); } bar.finish();",
+        r"\r\x1b\[2Ksteps 100%\|█+\| 30/30 \[",
+    );
+    // A compile past a second shows a spinner line with the op and the time so far, erased
+    // when it ends. (A program of 1400-1600 ops, new to the persistent cache.)
+    let ops = 1400 + std::process::id() % 200;
+    p.send_line(format!(
+        "let m = Tensor::full(&[32, 32], 0.01, DType::F32)?; let mut y = m.clone(); \
+         let z = eager::fused(|| -> Result<Tensor> {{ for i in 0..{ops}usize {{ y = y.matmul(&m)?.tanh()?.add_scalar(i as f64)?; }} Ok(y.clone()) }})?; \
+         z.sum_all()?.item::<f32>()? > 0.0"
+    ))
+    .unwrap();
+    p.expect(Regex(r"compiling fused\(f32\[32, 32\].*… 1\.\d s")).expect("the heartbeat after a second");
+    p.expect(Regex(r"\r\x1b\[2K")).expect("the heartbeat erased");
+    p.expect("true").expect("the result after the heartbeat");
+    p.expect(PROMPT).unwrap();
+    // :memory: live bytes, the peak, the largest tensors and the ops that made them.
+    cell(
+        &mut p,
+        ":memory",
+        r"live: .* · peak: .*\r?\n(?s:.*)largest live tensors:\r?\n  f32\[[\d, ]*\] [\d.]+ K?i?B on cpu:\d, made by \w+",
+    );
+
     // A compile error shows its span; the session goes on.
     cell(&mut p, "let n: i32 = \"one\";", "mismatched types");
     cell(&mut p, ":vars", "a: Tensor");

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A real-browser check: JupyterLab (PyPI) with Debian's chromium, driven by playwright-core
-# (npm), opens notebooks/01-quickstart.ipynb with its outputs cleared, runs it on the eager
-# kernel and takes a screenshot in which the chart shows: target/browser/quickstart.png.
+# (npm), opens notebooks with their outputs cleared and runs them on the eager kernel:
+# 01-quickstart, a screenshot in which the chart shows (target/browser/quickstart.png); and
+# 04-training, whose progress bar and loss chart must update in place while it runs, a
+# screenshot after the updates (target/browser/training-live.png).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -12,22 +14,26 @@ cargo build --release -p kernel --manifest-path "$root/Cargo.toml"
 work=$(mktemp -d)
 "$root/target/release/eager-kernel" install --prefix "$work/prefix" >/dev/null
 export JUPYTER_PATH="$work/prefix/share/jupyter"
-python3 - "$root/notebooks/01-quickstart.ipynb" "$work/nb/01-quickstart.ipynb" <<'PY'
+python3 - "$root/notebooks" "$work/nb" 01-quickstart 04-training <<'PY'
 import sys, pathlib, nbformat
-nb = nbformat.read(sys.argv[1], as_version=4)
-for c in nb.cells:
-    if c.cell_type == "code":
-        c.outputs, c.execution_count = [], None
-pathlib.Path(sys.argv[2]).parent.mkdir(parents=True)
-nbformat.write(nb, sys.argv[2])
+src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+dst.mkdir(parents=True)
+for name in sys.argv[3:]:
+    nb = nbformat.read(src / f"{name}.ipynb", as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = [], None
+    nbformat.write(nb, dst / f"{name}.ipynb")
 PY
 port=18888
 token=eager-browser-check
 jupyter lab --allow-root --no-browser --port "$port" --ServerApp.token="$token" \
-  --ServerApp.root_dir="$work/nb" > "$work/lab.log" 2>&1 &
+  --ServerApp.root_dir="$work/nb" --LabApp.workspaces_dir="$work/workspaces" > "$work/lab.log" 2>&1 &
 lab=$!
 trap 'kill $lab 2>/dev/null; wait $lab 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/api/status?token=$token" >/dev/null && break; sleep 1; done
 mkdir -p "$root/target/browser"
-node "$here/run_notebook.mjs" "http://127.0.0.1:$port/lab/tree/01-quickstart.ipynb?token=$token" "$root/target/browser/quickstart.png"
-echo "browser: 1 passed, 0 failed"
+# Each notebook in a workspace of its own (a shared one would reopen the other's tab).
+node "$here/run_notebook.mjs" "http://127.0.0.1:$port/lab/workspaces/quickstart/tree/01-quickstart.ipynb?token=$token" "$root/target/browser/quickstart.png"
+node "$here/run_live.mjs" "http://127.0.0.1:$port/lab/workspaces/live/tree/04-training.ipynb?token=$token" "$root/target/browser/training-live.png"
+echo "browser: 2 passed, 0 failed"

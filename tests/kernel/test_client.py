@@ -1,6 +1,9 @@
-"""The eager kernel under a real jupyter_client: signatures, interrupt, restart, shutdown."""
+"""The eager kernel under a real jupyter_client: signatures, interrupt, restart, shutdown, live
+displays (display_data then update_display_data with one display_id), the compile heartbeat,
+:memory and an out-of-memory error."""
 import os
 import pathlib
+import random
 import time
 
 import pytest
@@ -51,6 +54,102 @@ def test_a_badly_signed_message_is_dropped_and_never_run(kernel, tmp_path):
     # The kernel is still serving properly signed requests.
     content, outputs = run(kc, "40 + 2")
     assert content["status"] == "ok" and results(outputs) == ["42"]
+
+
+def live(outputs):
+    """(msg_type, display_id, text/plain) of each display message of a request."""
+    return [(m["msg_type"], m["content"].get("transient", {}).get("display_id"),
+             m["content"]["data"].get("text/plain"))
+            for m in outputs if m["msg_type"] in ("display_data", "update_display_data")]
+
+
+def test_a_progress_bar_and_a_chart_update_in_place_while_the_cell_runs(kernel):
+    _, kc = kernel
+    code = """
+let mut bar = eager_cell::Progress::new("steps", 40);
+let mut chart = eager_cell::LiveChart::new("Loss", "step", "loss").every(10);
+for step in 0..40usize {
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    chart.push(1.0 / (1.0 + step as f64));
+    bar.set_note(&format!("step {step}"));
+    bar.inc();
+}
+bar.finish();
+chart.finish();
+"""
+    arrived = []
+    kc.execute_interactive(code, timeout=300, output_hook=lambda m: arrived.append((time.monotonic(), m)))
+    outputs = [m for _, m in arrived]
+    msgs = live(outputs)
+    shown = [m for m in msgs if m[0] == "display_data"]
+    assert len(shown) == 2, msgs
+    bar_id, chart_id = shown[0][1], shown[1][1]
+    assert bar_id and chart_id and bar_id != chart_id
+    bar_updates = [m for m in msgs if m[0] == "update_display_data" and m[1] == bar_id]
+    chart_updates = [m for m in msgs if m[0] == "update_display_data" and m[1] == chart_id]
+    # Redrawn at most every 100 ms over a 1.2 s loop, and at the end: several, the last full.
+    assert 3 <= len(bar_updates) <= 20, bar_updates
+    assert bar_updates[-1][2].startswith("steps 100%|") and "| 40/40 [" in bar_updates[-1][2], bar_updates[-1]
+    # The chart redraws every 10 points: 4 times, then once more at finish; SVG each time.
+    assert len(chart_updates) == 4, chart_updates
+    assert chart_updates[-1][2].startswith("Loss: loss 0.0250 at step 39")
+    svgs = [m["content"]["data"].get("image/svg+xml", "") for m in outputs
+            if m["msg_type"] in ("display_data", "update_display_data")
+            and m["content"].get("transient", {}).get("display_id") == chart_id]
+    assert all(s.startswith("<svg") for s in svgs) and len(svgs) == 5
+    # They came while the cell ran, not all at its end.
+    times = [t for t, m in arrived if m["msg_type"] == "update_display_data"]
+    assert times[-1] - times[0] > 0.6, times
+
+
+def test_a_long_compile_shows_a_heartbeat_that_is_emptied_when_it_ends(kernel):
+    _, kc = kernel
+    # A program of 1400-1600 ops (2-3 s to compile here), new to the persistent cache.
+    ops = 1400 + random.randrange(200)
+    code = """
+let m = Tensor::full(&[32, 32], 0.01, DType::F32)?;
+let y = eager::fused(|| -> Result<Tensor> {
+    let mut y = m.clone();
+    for i in 0..OPSusize { y = y.matmul(&m)?.tanh()?.add_scalar(i as f64)?; }
+    Ok(y)
+})?;
+y.sum_all()?.item::<f32>()? > 0.0
+""".replace("OPS", str(ops))
+    content, outputs = run(kc, code)
+    assert content["status"] == "ok", content
+    msgs = live(outputs)
+    beats = [m for m in msgs if m[2] and "compiling fused(" in m[2]]
+    assert beats and beats[0][0] == "display_data", msgs
+    beat_id = beats[0][1]
+    assert beats[-1][2].endswith(" s") and float(beats[-1][2].rsplit(" ", 2)[1]) >= 1.0, beats[-1]
+    # Emptied when the compile ended.
+    last = [m for m in outputs if m["msg_type"] == "update_display_data"
+            and m["content"]["transient"]["display_id"] == beat_id][-1]
+    assert last["content"]["data"] == {}, last
+    assert results(outputs) == ["true"]
+
+
+def test_memory_shows_live_tensors_and_an_out_of_memory_error_names_the_largest(kernel):
+    _, kc = kernel
+    content, _ = run(kc, "let big = Tensor::zeros(&[1024, 1024], DType::F32)?.exp()?;")
+    assert content["status"] == "ok"
+    content, outputs = run(kc, ":memory")
+    assert content["status"] == "ok"
+    text = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "display_data"
+            and "text/plain" in m["content"]["data"]][0]
+    assert text.startswith("live: "), text
+    assert "f32[1024, 1024] 4.0 MiB on cpu:0, made by exp" in text, text
+    assert any(m["msg_type"] == "display_data" and m["content"]["data"].get("image/svg+xml", "").startswith("<svg")
+               for m in outputs)
+    code = """eager::memory::set_limit(Some(eager::memory::live_bytes_on(Device::cpu()) + (1 << 20)));
+let r = Tensor::zeros(&[2048, 1024], DType::F32);
+eager::memory::set_limit(None);
+r?"""
+    content, outputs = run(kc, code)
+    assert content["status"] == "error"
+    assert content["ename"] == "OutOfMemoryError", content
+    assert "asked for 8.0 MiB" in content["evalue"], content["evalue"]
+    assert "largest live tensors: f32[1024, 1024] 4.0 MiB on cpu:0, made by exp" in content["evalue"]
 
 
 def test_interrupt_stops_a_long_loop_and_keeps_variables(kernel):

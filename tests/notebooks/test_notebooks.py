@@ -84,6 +84,15 @@ def check_training(nb):
     assert any(png.startswith("iVBORw0KGgo") for png in outputs(nb, "image/png"))
     assert "train_step" in "\n".join(outputs(nb, "stream"))
     assert "0.weight: [64, 2] f32" in text, text
+    # The live run: the bar and the chart as their last update left them, then the memory chart.
+    assert re.search(r"training 100%\|█{24}\| 300/300 \[[\d:]+<00:00, [\d.]+ it/s\] loss [\d.]+", text), text
+    live = re.search(r"Training loss, live: cross-entropy ([\d.]+) at step 299", text)
+    assert live and float(live[1]) < 0.3, text
+    assert re.search(r"live run: accuracy (9\d|100)\.\d%", text), text
+    assert "largest at the peak:" in text and ", made by " in text, text
+    svgs = outputs(nb, "image/svg+xml")
+    assert any("Training loss, live" in svg for svg in svgs)
+    assert any("Device memory while training" in svg and "Largest at the peak" in svg for svg in svgs)
 
 
 def check_cnn(nb):
