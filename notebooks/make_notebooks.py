@@ -236,6 +236,36 @@ NOTEBOOKS = {
         new_code_cell("let comparison = viz::compare(&[(\"eager\", &eager_profile), (\"compiled\", &compiled_profile)]).steps(steps);\n"
                       "println!(\"{}\", comparison.text());\n"
                       "comparison.as_png().unwrap()"),
+        new_markdown_cell("## Watching it train\n\n"
+                          "A progress bar and a loss chart that redraw in place while the loop runs (Jupyter's "
+                          "display handles: one `display_data`, then `update_display_data` with the same "
+                          "`display_id`; in the terminal REPL each is one line redrawn). The bar redraws at most "
+                          "ten times a second, the chart every 25 steps."),
+        new_code_cell("eager::manual_seed(1);\n"
+                      "let model3 = mlp()?;\n"
+                      "let opt3 = Adam::new(model3.parameters(), 0.02)?;\n"
+                      "eager::memory::reset_peak();\n"
+                      "let live_steps: usize = 300;\n"
+                      "let mut bar = eager_cell::Progress::new(\"training\", live_steps);\n"
+                      "let mut chart = eager_cell::LiveChart::new(\"Training loss, live\", \"step\", \"cross-entropy\").every(25).log_y();\n"
+                      "for _ in 0..live_steps {\n"
+                      "    let loss = nn::cross_entropy(&model3.forward(&x)?, &y)?;\n"
+                      "    loss.backward()?;\n"
+                      "    opt3.step()?;\n"
+                      "    opt3.zero_grad();\n"
+                      "    let l = loss.item::<f32>()? as f64;\n"
+                      "    chart.push(l);\n"
+                      "    bar.set_note(&format!(\"loss {l:.4}\"));\n"
+                      "    bar.inc();\n"
+                      "}\n"
+                      "bar.finish();\n"
+                      "chart.finish();\n"
+                      "format!(\"live run: accuracy {:.1}%\", 100.0 * accuracy(&model3, &x, &y)?)"),
+        new_markdown_cell("Where the device memory of those steps went: eager books every tensor's buffer with "
+                          "the op that made it. Live bytes over time, the peak marked, and the largest tensors "
+                          "live at the peak (`:memory` prints the same in words; an out-of-memory error names "
+                          "them too)."),
+        new_code_cell("viz::memory_chart().title(\"Device memory while training\")"),
         new_markdown_cell("The trained weights, saved as safetensors (the format of the Hugging Face hub) and "
                           "read back:"),
         new_code_cell("let path = std::env::temp_dir().join(\"spiral-mlp.safetensors\");\n"
