@@ -246,6 +246,18 @@ pub(crate) struct Failure {
     launched_ns: u64,
 }
 
+impl Failure {
+    fn new(
+        info: &Arc<OpInfo>,
+        e: pjrt::PjrtError,
+        inputs: SmallVec<[Arc<Completion>; 3]>,
+        launched_ns: u64,
+    ) -> Arc<Failure> {
+        let (op, message, code, info) = (info.signature(), e.message, e.code, info.clone());
+        Arc::new(Failure { op, message, inputs, code, info, launched_ns })
+    }
+}
+
 impl Completion {
     /// A buffer that is ready now (an upload).
     pub(crate) fn ready() -> Arc<Completion> {
@@ -692,15 +704,7 @@ pub(crate) fn execute(
             if let Err(e) = outcome {
                 // Which op of the chain failed first is worked out by the read (see read_error):
                 // the inputs' callbacks may not have run yet.
-                let failure = Failure {
-                    op: op_info.signature(),
-                    message: e.message,
-                    inputs: inputs_done.clone(),
-                    code: e.code,
-                    info: op_info.clone(),
-                    launched_ns: enqueued_at,
-                };
-                let _ = this.failure.set(Arc::new(failure));
+                let _ = this.failure.set(Failure::new(&op_info, e, inputs_done.clone(), enqueued_at));
             }
             book_finished(&this, &inputs_done, &[device], enqueued_at, seq, &heat);
         });
@@ -779,15 +783,7 @@ pub(crate) fn execute_partitioned(
             args[0].iter().map(|a| a.completion.clone()).collect();
         let registered = done.on_ready(&rt.client.api, move |outcome| {
             if let Err(e) = outcome {
-                let failure = Failure {
-                    op: op_info.signature(),
-                    message: e.message,
-                    inputs: inputs_done.clone(),
-                    code: e.code,
-                    info: op_info.clone(),
-                    launched_ns: enqueued_at,
-                };
-                let _ = this.failure.set(Arc::new(failure));
+                let _ = this.failure.set(Failure::new(&op_info, e, inputs_done.clone(), enqueued_at));
             }
             // The last partition to finish completes the op, on every device of the mesh.
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {

@@ -3,26 +3,10 @@
 // value is seen to grow while the loop runs, not a bar appended per update) up to 300/300,
 // and the live loss chart and the memory chart must show. Screenshot of the live cell after
 // the updates. Exits non-zero otherwise.
-import { chromium } from "playwright-core";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { runAll, dismissNews } from "./lab.mjs";
 
 const [url, screenshot] = process.argv.slice(2);
-const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "eager-chromium-")), {
-  executablePath: "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1400, height: 1100 },
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-const page = browser.pages()[0] ?? (await browser.newPage());
-page.setDefaultTimeout(900_000);
-await page.goto(url);
-await page.waitForSelector(".jp-Notebook .jp-Cell");
-await page.waitForSelector("text=Rust (eager) | Idle", { timeout: 900_000 });
-await page.click("text=Run", { position: { x: 5, y: 5 } });
-await page.click("text=Run All Cells");
+const { browser, page } = await runAll(url, { width: 1400, height: 1100 });
 // The bar appears when the live cell starts; sample it while the loop runs.
 const bar = page.locator(".eager-progress progress");
 try {
@@ -46,8 +30,7 @@ for (let i = 0; i < 400; i++) {
 }
 await page.waitForSelector("text=live run: accuracy");
 await page.waitForSelector("text=Rust (eager) | Idle");
-const no = page.getByRole("button", { name: "No", exact: true });
-if (await no.count()) { await no.first().click(); await page.waitForTimeout(1500); }
+await dismissNews(page);
 const cell = page.locator(".jp-Cell", { has: page.locator(".eager-progress") });
 const outputs = await cell.locator(".jp-OutputArea-output").count();
 const charts = await cell.locator(".jp-RenderedSVG img, .jp-OutputArea-output svg").count();
