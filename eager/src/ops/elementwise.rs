@@ -164,7 +164,24 @@ impl OpDef for Binary {
     fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
         let a = e.broadcast(&x[0], &out.shape);
         let c = e.broadcast(&x[1], &out.shape);
-        e.op(self.hlo(), &[&a, &c], "", out)
+        let power = e.op(self.hlo(), &[&a, &c], "", out);
+        if *self != Binary::Pow || !out.dtype.is_signed_int() {
+            return power;
+        }
+        // A negative integer exponent, written out: XLA's value for it differs between its
+        // optimization levels (the quick tier gave 0 for (-1)^-1). The truncated value: 1 for
+        // base 1, ±1 for base -1 (odd or even exponent), 0 for any other base.
+        let (zero, one, minus_one, two) =
+            (e.constant(out, 0.0), e.constant(out, 1.0), e.constant(out, -1.0), e.constant(out, 2.0));
+        let rem = e.op("stablehlo.remainder", &[&c, &two], "", out);
+        let odd = e.compare("NE", &rem, &zero);
+        let sign = e.op("stablehlo.select", &[&odd, &minus_one, &one], "", out);
+        let is_minus_one = e.compare("EQ", &a, &minus_one);
+        let rest = e.op("stablehlo.select", &[&is_minus_one, &sign, &zero], "", out);
+        let is_one = e.compare("EQ", &a, &one);
+        let negative_power = e.op("stablehlo.select", &[&is_one, &one, &rest], "", out);
+        let negative = e.compare("LT", &c, &zero);
+        e.op("stablehlo.select", &[&negative, &negative_power, &power], "", out)
     }
     fn backward<T: Operand>(&self, x: &[&T], out: &T, g: &T) -> Result<Grads<T>> {
         let (a, c) = (x[0], x[1]);
@@ -409,6 +426,16 @@ mod tests {
         let m = module(Binary::Add, &[f32s(&[2, 1]), f32s(&[3])]);
         assert_eq!(m.matches("stablehlo.broadcast_in_dim").count(), 2, "{m}");
         assert!(m.contains("-> tensor<2x3xf32>"), "{m}");
+    }
+
+    #[test]
+    fn signed_integer_powers_write_out_negative_exponents() {
+        let i32s = Spec::new(&[3], DType::I32);
+        let m = module(Binary::Pow, &[i32s.clone(), i32s]);
+        assert!(m.contains("\"stablehlo.power\"") && m.contains("\"stablehlo.remainder\""), "{m}");
+        assert_eq!(m.matches("\"stablehlo.select\"").count(), 4, "{m}");
+        let m = module(Binary::Pow, &[f32s(&[3]), f32s(&[3])]);
+        assert!(!m.contains("stablehlo.select"), "{m}");
     }
 
     #[test]
