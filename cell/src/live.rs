@@ -125,6 +125,8 @@ pub struct Progress {
     note: String,
     start: Instant,
     drawn: Instant,
+    /// Changed since it was last drawn: drawn when it drops (a loop left early by `?`).
+    dirty: bool,
 }
 
 impl Progress {
@@ -138,6 +140,7 @@ impl Progress {
             note: String::new(),
             start: now,
             drawn: now,
+            dirty: false,
         };
         let (text, html) = (p.text(), p.html());
         p.handle = DisplayHandle::show(&[("text/plain", &text), ("text/html", &html)]);
@@ -152,6 +155,7 @@ impl Progress {
     /// `done` steps of the total.
     pub fn set(&mut self, done: usize) {
         self.done = done.min(self.total);
+        self.dirty = true;
         if self.drawn.elapsed() >= PROGRESS_EVERY || self.done == self.total {
             self.draw();
         }
@@ -160,12 +164,12 @@ impl Progress {
     /// Text after the figures (`loss 0.231`), drawn with the next redraw.
     pub fn set_note(&mut self, note: &str) {
         self.note = note.into();
+        self.dirty = true;
     }
 
-    /// Draws the last state (whatever the rate limit) and keeps it.
-    pub fn finish(mut self) {
-        self.draw();
-    }
+    /// Draws the last state (whatever the rate limit) and keeps it; dropping the bar does
+    /// the same.
+    pub fn finish(self) {}
 
     pub fn display_id(&self) -> &str {
         self.handle.id()
@@ -173,6 +177,7 @@ impl Progress {
 
     fn draw(&mut self) {
         self.drawn = Instant::now();
+        self.dirty = false;
         let (text, html) = (self.text(), self.html());
         self.handle.update(&[("text/plain", &text), ("text/html", &html)]);
     }
@@ -223,6 +228,14 @@ impl Progress {
     }
 }
 
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if self.dirty {
+            self.draw();
+        }
+    }
+}
+
 /// `mm:ss` (`h:mm:ss` past an hour), `?` when unknown.
 fn clock(secs: f64) -> String {
     if !secs.is_finite() {
@@ -256,6 +269,8 @@ pub struct LiveChart {
     series: Vec<(String, Vec<f64>)>,
     every: usize,
     pushed: usize,
+    /// Points pushed when it was last drawn: the rest are drawn when it drops.
+    drawn: usize,
     log_y: bool,
 }
 
@@ -270,6 +285,7 @@ impl LiveChart {
             series: Vec::new(),
             every: 10,
             pushed: 0,
+            drawn: 0,
             log_y: false,
         }
     }
@@ -304,10 +320,8 @@ impl LiveChart {
         }
     }
 
-    /// Draws every point (whatever `every`) and keeps the chart.
-    pub fn finish(mut self) {
-        self.draw();
-    }
+    /// Draws every point (whatever `every`) and keeps the chart; dropping it does the same.
+    pub fn finish(self) {}
 
     /// The chart as it stands, to draw elsewhere (a PNG file).
     pub fn chart(&self) -> viz::LineChart {
@@ -348,12 +362,21 @@ impl LiveChart {
     }
 
     fn draw(&mut self) {
+        self.drawn = self.pushed;
         let text = self.text();
         let svg = self.chart().svg().unwrap_or_default();
         let bundle = [("text/plain", text.as_str()), ("image/svg+xml", svg.as_str())];
         match &self.handle {
             Some(h) => h.update(&bundle),
             None => self.handle = Some(DisplayHandle::show(&bundle)),
+        }
+    }
+}
+
+impl Drop for LiveChart {
+    fn drop(&mut self) {
+        if self.pushed > self.drawn {
+            self.draw();
         }
     }
 }
@@ -450,6 +473,7 @@ mod tests {
             note: "loss 0.231".into(),
             start: Instant::now() - Duration::from_secs(3),
             drawn: Instant::now(),
+            dirty: false,
         };
         let text = p.text();
         assert!(text.starts_with("training  42%|██████████"), "{text}");

@@ -90,16 +90,27 @@ chart.finish();
     # Redrawn at most every 100 ms over a 1.2 s loop, and at the end: several, the last full.
     assert 3 <= len(bar_updates) <= 20, bar_updates
     assert bar_updates[-1][2].startswith("steps 100%|") and "| 40/40 [" in bar_updates[-1][2], bar_updates[-1]
-    # The chart redraws every 10 points: 4 times, then once more at finish; SVG each time.
-    assert len(chart_updates) == 4, chart_updates
+    # The chart redraws every 10 points: shown at the 10th, updated at the 20th, 30th and 40th
+    # (finish has nothing left to draw); SVG each time.
+    assert len(chart_updates) == 3, chart_updates
     assert chart_updates[-1][2].startswith("Loss: loss 0.0250 at step 39")
     svgs = [m["content"]["data"].get("image/svg+xml", "") for m in outputs
             if m["msg_type"] in ("display_data", "update_display_data")
             and m["content"].get("transient", {}).get("display_id") == chart_id]
-    assert all(s.startswith("<svg") for s in svgs) and len(svgs) == 5
+    assert all(s.startswith("<svg") for s in svgs) and len(svgs) == 4
     # They came while the cell ran, not all at its end.
     times = [t for t, m in arrived if m["msg_type"] == "update_display_data"]
     assert times[-1] - times[0] > 0.6, times
+    # A loop left early by `?` leaves its bar where it stopped (drawn as the bar drops).
+    code = """let mut bar = eager_cell::Progress::new("early", 100);
+for step in 0..100usize {
+    bar.inc();
+    if step == 6 { Tensor::zeros(&[2], DType::F32)?.reshape(&[3])?; }
+}"""
+    content, outputs = run(kc, code)
+    assert content["status"] == "error" and content["ename"] == "ShapeError", content
+    early = [m for m in live(outputs) if m[2] and m[2].startswith("early")]
+    assert early[-1][0] == "update_display_data" and "| 7/100 [" in early[-1][2], early
 
 
 def test_a_long_compile_shows_a_heartbeat_that_is_emptied_when_it_ends(kernel):
