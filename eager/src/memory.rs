@@ -13,7 +13,7 @@
 //! A layer with the error type, under the runtime: the runtime asks `admit` before it
 //! launches, tensors book and release their buffers, errors describe live tensors.
 //!
-//! Bytes are logical (elements × dtype size; a shard's buffer as PJRT sizes it); buffers
+//! Bytes are logical (elements × dtype size, a shard's of its own shape); buffers
 //! outside tensors (index-check flags, executables) are not counted.
 
 use std::collections::HashMap;
@@ -23,6 +23,7 @@ use std::sync::Mutex;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::shape::Spec;
 use crate::shared::{lock, Shared};
 
 /// One live tensor buffer: its size, where it is, what it is and the op that made it.
@@ -32,24 +33,22 @@ pub struct LiveTensor {
     pub device: Device,
     pub dtype: DType,
     pub shape: Vec<usize>,
-    /// The op that made it (`matmul`, …; `from_slice` for an upload, `to` for a copy).
+    /// The op that made it (`matmul`, …; `upload` for a copy from the host, `to` for one from
+    /// another device).
     pub op: String,
     /// When it was made, in nanoseconds since the ledger's start (the first tensor).
     pub made_ns: u64,
 }
 
 impl LiveTensor {
+    /// Its dtype and shape (`f32[784, 256]`).
+    pub fn spec(&self) -> Spec {
+        Spec::new(&self.shape, self.dtype)
+    }
+
     /// `f32[784, 256] 784.0 KiB on cpu:0, made by matmul`.
     pub fn describe(&self) -> String {
-        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
-        format!(
-            "{}[{}] {} on {}, made by {}",
-            self.dtype.name(),
-            dims.join(", "),
-            format_bytes(self.bytes),
-            self.device,
-            self.op
-        )
+        format!("{} {} on {}, made by {}", self.spec(), format_bytes(self.bytes), self.device, self.op)
     }
 }
 
@@ -83,17 +82,6 @@ impl MemorySnapshot {
         v
     }
 
-    /// Live bytes per op that made them, most first.
-    pub fn by_op(&self) -> Vec<(String, u64)> {
-        let mut m: HashMap<&str, u64> = HashMap::new();
-        for t in &self.live {
-            *m.entry(&t.op).or_default() += t.bytes;
-        }
-        let mut v: Vec<_> = m.into_iter().map(|(o, b)| (o.to_string(), b)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        v
-    }
-
     /// The `:memory` text: live total, peak, per device, the top tensors now and at the peak.
     pub fn summary(&self, top: usize) -> String {
         let mut s = format!(
@@ -106,9 +94,10 @@ impl MemorySnapshot {
             s.push_str(&format!(" · limit: {} per device", format_bytes(limit)));
         }
         s.push('\n');
-        if self.by_device().len() > 1 {
+        let by_device = self.by_device();
+        if by_device.len() > 1 {
             let per: Vec<String> =
-                self.by_device().iter().map(|(d, b)| format!("{d} {}", format_bytes(*b))).collect();
+                by_device.iter().map(|(d, b)| format!("{d} {}", format_bytes(*b))).collect();
             s.push_str(&format!("by device: {}\n", per.join(" · ")));
         }
         if !self.live.is_empty() {

@@ -35,16 +35,14 @@ impl Tensor {
         completion: Arc<Completion>,
     ) -> Tensor {
         let op = producer.as_ref().map_or("upload", |p| p.name);
-        // One entry per shard, on its device, as PJRT sizes the buffer.
-        let booked = buffers
+        // One entry per shard, on its device, of the shape each device holds.
+        let shard = Spec::new(&sharding.shard_shape(&spec.shape), spec.dtype);
+        let bytes = shard.size_in_bytes() as u64;
+        let booked = sharding
+            .mesh()
+            .devices()
             .iter()
-            .zip(sharding.mesh().devices())
-            .map(|(b, &d)| {
-                let bytes = b.on_device_size().unwrap_or(spec.size_in_bytes() / buffers.len().max(1)) as u64;
-                let dims: Vec<usize> =
-                    b.dims().map(|v| v.iter().map(|&x| x as usize).collect()).unwrap_or_default();
-                crate::memory::book(bytes, d, spec.dtype, &dims, op)
-            })
+            .map(|&d| crate::memory::book(bytes, d, shard.dtype, &shard.shape, op))
             .collect();
         let inner = Inner {
             buffer: None,

@@ -156,8 +156,7 @@ impl Drawing for MemoryChart {
         let line = look.px(21) as i32;
         let mut y = look.px(38) as i32;
         for t in s.at_peak.iter().take(LISTED) {
-            let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
-            let what = format!("{} {}[{}]", format_bytes(t.bytes), t.dtype.name(), dims.join(", "));
+            let what = format!("{} {}", format_bytes(t.bytes), t.spec());
             let what = crate::units::truncate(&what, 44);
             let style = crate::style::fit(&side, &what, look.caption(), sw.saturating_sub(look.px(16)))?;
             side.draw(&Text::new(what, (left, y), style))?;
