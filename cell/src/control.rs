@@ -94,7 +94,6 @@ fn handle(req: &Value) -> Result<Value, String> {
         }
         "end_region" => {
             eager::end_fused_region();
-            crate::live::settle_heartbeats();
             json!({ "ok": true })
         }
         "set_device" => {

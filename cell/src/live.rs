@@ -403,8 +403,9 @@ static HEARTBEATS: Shared<std::sync::Mutex<Vec<(u64, DisplayHandle)>>> =
 
 /// In the cell process (started by [`crate::attach`]): every 100 ms, a compile running past
 /// [`heartbeat_after`] gets a display with a spinner, the op and the time so far, updated as
-/// it runs and emptied when it ends.
+/// it runs and emptied when it ends (`compile_ended`).
 pub(crate) fn start_heartbeat() {
+    eager::runtime::on_compile_end(compile_ended);
     let after = heartbeat_after();
     let _ = std::thread::Builder::new().name("eager-heartbeat".into()).spawn(move || {
         for tick in 0.. {
@@ -414,23 +415,20 @@ pub(crate) fn start_heartbeat() {
     });
 }
 
-/// Empties the heartbeats of compiles that ended (the session asks at each cell's end, so
-/// that the last one goes before the cell's output is complete).
-pub(crate) fn settle_heartbeats() {
-    beat(Duration::MAX, 0);
+/// Empties the heartbeat of compile `id` as it ends (on the thread that compiled, so the line
+/// goes before anything the cell prints after it).
+fn compile_ended(id: u64) {
+    let mut shown = eager::shared::lock(HEARTBEATS.get());
+    if let Some(i) = shown.iter().position(|(c, _)| *c == id) {
+        shown.remove(i).1.clear();
+    }
 }
 
 fn beat(after: Duration, tick: usize) {
     const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
     let mut shown = eager::shared::lock(HEARTBEATS.get());
+    // (Ended compiles are emptied by `compile_ended`.)
     let running = eager::runtime::running_compiles();
-    shown.retain(|(id, h)| {
-        let ended = !running.iter().any(|r| r.id == *id);
-        if ended {
-            h.clear();
-        }
-        !ended
-    });
     for r in running.iter().filter(|r| r.elapsed >= after) {
         let what: String = if r.what.chars().count() > 90 {
             r.what.chars().take(89).chain(std::iter::once('…')).collect()

@@ -444,7 +444,26 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         lock(RUNNING.get()).1.retain(|(id, ..)| *id != self.0);
+        // On the thread that compiled, before the op runs: a front end's heartbeat ends in order
+        // with what the cell prints next.
+        let ended = *lock(COMPILE_ENDED.get());
+        if let Some(f) = ended {
+            f(self.0);
+        }
     }
+}
+
+/// What is told a compile's id when it ends (see [`on_compile_end`]).
+type CompileEnded = Option<fn(u64)>;
+
+/// Called with a compile's id when it ends.
+static COMPILE_ENDED: Shared<Mutex<CompileEnded>> =
+    Shared::new("eager::runtime::CompileEnded", Mutex::default);
+
+/// Has `f` called with the id of each compile in [`running_compiles`] as it ends, on the
+/// thread that compiled (a front end's heartbeat clears its line there).
+pub fn on_compile_end(f: fn(u64)) {
+    *lock(COMPILE_ENDED.get()) = Some(f);
 }
 
 /// A compile running now that a dispatch (or a fused region's read, or a compiled function's
