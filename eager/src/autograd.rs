@@ -40,6 +40,8 @@ pub(crate) struct GradMode {
     /// Number of threads in a scope: 0 (the usual case) skips the map.
     active: AtomicUsize,
     depth: Mutex<HashMap<ThreadId, usize>>,
+    /// When backward passes fetch their rules' executables ahead.
+    ahead: crate::compile::AheadMark,
 }
 
 impl GradMode {
@@ -237,13 +239,35 @@ impl Tensor {
         }
         let _no_grad = NoGradGuard::new();
         let order = topological_order(self);
+        // New shapes came before (the first step of a loop): the rules' keys are fetched at
+        // once, their compiles side by side, before the rules run one after another. Leaves
+        // are not written in the dry run.
+        if self.shards().is_none() {
+            crate::compile::ahead(&grad_mode().ahead, self.device(), || {
+                self.gradients(&order, |leaf, g| {
+                    if let Some(prev) = leaf.grad() {
+                        prev.add(g)?;
+                    }
+                    Ok(())
+                })
+            });
+        }
+        self.gradients(&order, |leaf, g| accumulate(&mut lock(&leaf.grad_state().grad), g.clone()))
+    }
+
+    /// Runs the gradient rules from this root back through `order` (its topological order),
+    /// handing each leaf that requires a gradient its gradient.
+    fn gradients(
+        &self,
+        order: &[Tensor],
+        mut leaf: impl FnMut(&Tensor, &Tensor) -> Result<()>,
+    ) -> Result<()> {
         let mut grads: HashMap<usize, Tensor> = HashMap::new();
         grads.insert(key(self), self.ones_like()?);
         for t in order.iter().rev() {
             let Some(g) = grads.remove(&key(t)) else { continue };
             if t.requires_grad() {
-                let mut slot = lock(&t.grad_state().grad);
-                accumulate(&mut slot, g.clone())?;
+                leaf(t, &g)?;
             }
             let Some(node) = t.node() else { continue };
             let inputs: SmallVec<[&Tensor; 3]> = node.inputs.iter().collect();

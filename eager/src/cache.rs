@@ -101,6 +101,10 @@ pub struct CacheStats {
     pub swaps: u64,
     #[serde(default)]
     pub promote_ns: u64,
+    /// Of the misses and disk loads, those fetched ahead of their dispatch, side by side (the
+    /// first backward pass and optimizer step of a loop).
+    #[serde(default)]
+    pub ahead: u64,
 }
 
 impl CacheStats {
@@ -119,7 +123,7 @@ impl std::fmt::Display for CacheStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "cache: {} entries (capacity {}), {} hits, {} misses (compiled), {} loaded from disk, hit rate {:.1}%, {} evictions, compile {:.1} ms, disk load {:.1} ms, {} swapped to the optimized tier ({:.1} ms in the background)",
+            "cache: {} entries (capacity {}), {} hits, {} misses (compiled), {} loaded from disk, hit rate {:.1}%, {} evictions, compile {:.1} ms, disk load {:.1} ms, {} fetched ahead, {} swapped to the optimized tier ({:.1} ms in the background)",
             self.entries,
             self.capacity,
             self.hits,
@@ -129,6 +133,7 @@ impl std::fmt::Display for CacheStats {
             self.evictions,
             self.compile_ns as f64 / 1e6,
             self.load_ns as f64 / 1e6,
+            self.ahead,
             self.swaps,
             self.promote_ns as f64 / 1e6
         )
@@ -200,6 +205,16 @@ pub(crate) struct Found {
     pub(crate) heat: Arc<Heat>,
     /// This lookup made the key hot: the caller starts its optimized compile.
     pub(crate) promote: bool,
+    /// The key's first dispatch after a fetch ahead ([`crate::runtime::fetch_ahead`]): how its
+    /// executable was fetched (loaded from disk or compiled) and the time that took.
+    pub(crate) ahead: Option<Ahead>,
+}
+
+/// How a key fetched ahead of its first dispatch got its executable.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ahead {
+    pub(crate) from_disk: bool,
+    pub(crate) ns: u64,
 }
 
 struct Entry {
@@ -210,6 +225,8 @@ struct Entry {
     heat: Arc<Heat>,
     /// Its optimized compile is under way.
     promoting: bool,
+    /// Fetched ahead and not dispatched yet: the first lookup reports the fetch.
+    ahead: Option<Ahead>,
 }
 
 /// Swaps kept for [`swaps`] (a session swaps each hot key once).
@@ -243,28 +260,40 @@ impl Cache {
         lock(&self.inner)
     }
 
-    /// A hit returns the executable and its info and counts the hit. A miss is counted when
-    /// its compile is stored (an op rejected by its shape rule is no miss).
+    /// A hit returns the executable and its info and counts the hit (the first dispatch of a
+    /// key fetched ahead is that fetch, no hit). A miss is counted when its compile is stored
+    /// (an op rejected by its shape rule is no miss).
     pub(crate) fn lookup(&self, key: &OpKey) -> Option<Found> {
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         inner.tick += 1;
         let (tick, t) = (inner.tick, inner.tiering);
-        match inner.map.get_mut(key) {
-            Some(e) => {
-                e.last_used = tick;
-                e.stats.hits += 1;
-                let promote = e.info.tier == Tier::Quick
-                    && t.enabled
-                    && !e.promoting
-                    && (e.stats.hits >= t.hot_calls
-                        || e.heat.device_ns.load(Ordering::Relaxed) as f64 >= t.hot_device_ms * 1e6);
-                e.promoting |= promote;
-                let found = Found { exe: e.exe.clone(), info: e.info.clone(), heat: e.heat.clone(), promote };
-                inner.totals.hits += 1;
-                Some(found)
-            }
-            None => None,
+        let e = inner.map.get_mut(key)?;
+        e.last_used = tick;
+        let ahead = e.ahead.take();
+        if ahead.is_none() {
+            e.stats.hits += 1;
+            inner.totals.hits += 1;
         }
+        let promote = e.info.tier == Tier::Quick
+            && t.enabled
+            && !e.promoting
+            && (e.stats.hits >= t.hot_calls
+                || e.heat.device_ns.load(Ordering::Relaxed) as f64 >= t.hot_device_ms * 1e6);
+        e.promoting |= promote;
+        Some(Found { exe: e.exe.clone(), info: e.info.clone(), heat: e.heat.clone(), promote, ahead })
+    }
+
+    /// Whether `key` has an executable in memory (nothing counted).
+    pub(crate) fn contains(&self, key: &OpKey) -> bool {
+        self.lock().map.contains_key(key)
+    }
+
+    /// Executables fetched so far (compiled or loaded): a region whose keys all hit last time
+    /// hits again unless this moved (see `compile::AheadMark`).
+    pub(crate) fn fetches(&self) -> u64 {
+        let inner = self.lock();
+        inner.totals.misses + inner.totals.disk_hits
     }
 
     /// The tier a key's first executable gets.
@@ -316,7 +345,8 @@ impl Cache {
     }
 
     /// Stores an executable just compiled (`from_disk` false) or loaded from the persistent
-    /// cache, evicting the least recently used beyond capacity.
+    /// cache, evicting the least recently used beyond capacity; `ahead`: fetched before any
+    /// dispatch asked for it.
     pub(crate) fn insert(
         &self,
         key: OpKey,
@@ -324,6 +354,7 @@ impl Cache {
         info: Arc<OpInfo>,
         ns: u64,
         from_disk: bool,
+        ahead: bool,
     ) -> Arc<Heat> {
         let mut inner = self.lock();
         inner.tick += 1;
@@ -336,6 +367,7 @@ impl Cache {
         }
         inner.totals.misses += misses;
         inner.totals.disk_hits += disk_hits;
+        inner.totals.ahead += u64::from(ahead);
         let stats = KeyStats { hits: 0, misses, disk_hits, compile_ns: ns, swapped_after: None };
         let heat = match inner.map.get_mut(&key) {
             // Two threads compiled the same key at once: keep the first, count the work.
@@ -347,7 +379,9 @@ impl Cache {
             }
             None => {
                 let heat = Arc::new(Heat::default());
-                let entry = Entry { exe, info, stats, last_used, heat: heat.clone(), promoting: false };
+                let ahead = ahead.then_some(Ahead { from_disk, ns });
+                let entry =
+                    Entry { exe, info, stats, last_used, heat: heat.clone(), promoting: false, ahead };
                 inner.map.insert(key, entry);
                 heat
             }

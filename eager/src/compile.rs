@@ -85,6 +85,9 @@ struct Recording {
     fused: Option<Vec<(usize, Weak<Lazy>)>>,
     /// Fused mode's region, started by an op rather than by [`fused`].
     implicit: bool,
+    /// A dry region ([`ahead`]): it records only to learn its ops' keys and never runs; Var
+    /// writes in it are dropped.
+    dry: bool,
 }
 
 /// The process-wide tracing state (shared, so every REPL cell's copy of the library sees one).
@@ -188,6 +191,7 @@ impl Recording {
             ops: 0,
             fused: fused.then(Vec::new),
             implicit: false,
+            dry: false,
         }
     }
 
@@ -301,6 +305,9 @@ pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
 /// Inside a trace, records that `var` is set to `value` (returns false outside a trace).
 pub(crate) fn write_var(var: &Var, value: &Tensor) -> Result<bool> {
     with_recording(|rec| -> Result<bool> {
+        if rec.dry {
+            return Ok(true); // the real run sets it
+        }
         if rec.fused.is_some() {
             return Ok(false);
         }
@@ -378,7 +385,7 @@ pub fn fused<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 /// Takes this thread's fused recording out of the tracer (ops then run eagerly).
 fn take_fused() -> Option<Recording> {
     let this = std::thread::current().id();
-    take_recording_if(|r| r.thread == this && r.fused.is_some())
+    take_recording_if(|r| r.thread == this && r.fused.is_some() && !r.dry)
 }
 
 /// Takes the tracer's recording out if `which` picks it (no lock when nothing records).
@@ -502,6 +509,65 @@ pub(crate) fn record_fused(op: &Op, inputs: &[&Tensor], device: Option<Device>) 
             && inputs.iter().all(|t| t.device() == rec.device && t.sharding().is_none())
     })?;
     takes.then(|| record_op(op.clone(), inputs))
+}
+
+/// When a region is worth fetching ahead ([`ahead`]): the first time it runs, and again
+/// while executables were fetched since its last start (its own, or new shapes before it). A
+/// loop's backward pass and optimizer step record dry twice, then never.
+pub(crate) struct AheadMark(AtomicU64);
+
+impl AheadMark {
+    pub(crate) const fn new() -> AheadMark {
+        AheadMark(AtomicU64::new(u64::MAX))
+    }
+
+    fn due(&self) -> bool {
+        let now = crate::cache::cache().fetches();
+        self.0.swap(now, Ordering::Relaxed) != now
+    }
+}
+
+impl Default for AheadMark {
+    fn default() -> Self {
+        AheadMark::new()
+    }
+}
+
+/// Before `f` runs for real: if `mark` says so, runs `f` once dry on `device` (its ops on
+/// this thread recorded, never run, Var writes dropped) and fetches the executables of the
+/// ops it recorded, several at once ([`runtime::fetch_ahead`]); then each of `f`'s
+/// dispatches hits. `f` must be an ordinary eager region (a backward pass, an optimizer
+/// step) whose effects are its Var writes: what else it does happens twice. Inside a trace or
+/// a fused region, in fused mode, or while another thread records, nothing is done (those
+/// record anyway); `EAGER_FETCH_AHEAD=0` turns it off. Returns how many executables were
+/// fetched.
+pub(crate) fn ahead(mark: &AheadMark, device: Device, f: impl FnOnce() -> Result<()>) -> usize {
+    // In fused mode the real run records too: one-op executables would go unused.
+    if !mark.due() || fused_mode() || std::env::var_os("EAGER_FETCH_AHEAD").is_some_and(|v| v == "0") {
+        return 0;
+    }
+    let Ok(rt) = runtime::runtime(device.kind) else { return 0 };
+    let t = tracer();
+    {
+        let mut slot = lock(&t.recording);
+        if slot.is_some() {
+            return 0;
+        }
+        *slot = Some(Recording { dry: true, ..Recording::new(device, rt, true) });
+        t.active.store(true, Ordering::Release);
+    }
+    // A failure (a read of a value the dry run never made) ends the recording early: the
+    // keys recorded until then are still fetched.
+    let _ = f();
+    let this = std::thread::current().id();
+    let Some(rec) = take_recording_if(|r| r.thread == this && r.dry) else { return 0 };
+    let keys = rec.values.iter().filter_map(|(def, _)| match def {
+        ValueDef::Op { op, inputs } => {
+            Some(crate::cache::OpKey::new(op.clone(), inputs.iter().map(|&v| &rec.values[v].1), device))
+        }
+        ValueDef::Param(_) => None,
+    });
+    runtime::fetch_ahead(keys.collect::<Vec<_>>())
 }
 
 /// Fused mode on or off: on, every op dispatched outside a region or trace records into an

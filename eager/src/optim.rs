@@ -3,6 +3,7 @@
 //! so a step inside a compiled function reads and writes it like the parameters.
 
 use crate::autograd::no_grad;
+use crate::compile::AheadMark;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -14,6 +15,16 @@ pub trait Optimizer {
 
     /// Forgets every parameter's gradient.
     fn zero_grad(&self);
+}
+
+/// Runs `update`, an optimizer's step over `params`; the first steps of a loop run it dry
+/// first, so that its executables are fetched side by side (see `compile::ahead`).
+fn step_with(params: &[Var], mark: &AheadMark, update: impl Fn() -> Result<()>) -> Result<()> {
+    // `current`, not `get`: reading a Var inside a compiled function would make it an input.
+    if let Some(p) = params.first().map(Var::current).filter(|p| p.shards().is_none()) {
+        crate::compile::ahead(mark, p.device(), || no_grad(&update));
+    }
+    no_grad(update)
 }
 
 fn zero_state(p: &Var, what: &str) -> Result<Var> {
@@ -28,6 +39,7 @@ pub struct Sgd {
     pub momentum: f64,
     pub weight_decay: f64,
     velocity: Vec<Option<Var>>,
+    ahead: AheadMark,
 }
 
 impl Sgd {
@@ -40,13 +52,13 @@ impl Sgd {
             .iter()
             .map(|p| if momentum != 0.0 { zero_state(p, "velocity").map(Some) } else { Ok(None) })
             .collect::<Result<_>>()?;
-        Ok(Sgd { params, lr, momentum, weight_decay: 0.0, velocity })
+        Ok(Sgd { params, lr, momentum, weight_decay: 0.0, velocity, ahead: AheadMark::new() })
     }
 }
 
 impl Optimizer for Sgd {
     fn step(&self) -> Result<()> {
-        no_grad(|| {
+        step_with(&self.params, &self.ahead, || {
             for (p, v) in self.params.iter().zip(&self.velocity) {
                 let Some(mut g) = p.grad() else { continue };
                 let value = p.get();
@@ -81,6 +93,7 @@ pub struct Adam {
     v: Vec<Var>,
     /// Steps taken, an f32 scalar on the device (so a compiled step counts too).
     t: Var,
+    ahead: AheadMark,
 }
 
 impl Adam {
@@ -98,7 +111,8 @@ impl Adam {
         let v = params.iter().map(|p| zero_state(p, "exp_avg_sq")).collect::<Result<_>>()?;
         let device = params.first().map(|p| p.get().device()).unwrap_or_else(crate::default_device);
         let t = Var::new("adam.step", Tensor::full_on(&[], 0.0, DType::F32, device)?);
-        Ok(Adam { params, lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay, decoupled, m, v, t })
+        let ahead = AheadMark::new();
+        Ok(Adam { params, lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay, decoupled, m, v, t, ahead })
     }
 
     /// Steps taken so far.
@@ -113,7 +127,7 @@ impl Optimizer for Adam {
         if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) {
             return Err(Error::invalid("adam", format!("betas must be in [0, 1), got ({b1}, {b2})")));
         }
-        no_grad(|| {
+        step_with(&self.params, &self.ahead, || {
             let t = self.t.get().add_scalar(1.0)?;
             self.t.set(t.clone())?;
             for ((p, m), v) in self.params.iter().zip(&self.m).zip(&self.v) {

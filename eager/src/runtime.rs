@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -382,12 +382,22 @@ pub(crate) struct Fetched {
 /// function, which its user asked to optimize, or the persistent cache holds it optimized);
 /// a lookup that finds the key hot starts its optimized compile in the background.
 pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fetched> {
-    if let Some(f) = cache().lookup(&key) {
-        if f.promote {
-            promote(key);
-        }
-        return Ok(Fetched { exe: f.exe, info: f.info, outcome: CacheOutcome::Hit, ns: 0, heat: f.heat });
+    let Some(f) = cache().lookup(&key) else { return fetch(rt, key, start, false) };
+    if f.promote {
+        promote(key);
     }
+    // A key fetched ahead reports that fetch at its first dispatch, as if made then.
+    let (outcome, ns) = match f.ahead {
+        Some(a) if a.from_disk => (CacheOutcome::DiskHit, a.ns),
+        Some(a) => (CacheOutcome::Miss, a.ns),
+        None => (CacheOutcome::Hit, 0),
+    };
+    Ok(Fetched { exe: f.exe, info: f.info, outcome, ns, heat: f.heat })
+}
+
+/// `key`'s executable, not in memory: loaded from the persistent cache or compiled, and
+/// stored (`ahead`: before any dispatch asked for it).
+fn fetch(rt: &Runtime, key: OpKey, start: Instant, ahead: bool) -> Result<Fetched> {
     let tier = match key.op {
         Op::Call(_) => Tier::Optimized,
         _ => cache().first_tier(),
@@ -416,8 +426,48 @@ pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fet
     };
     let (exe, info) = program.finish(exe);
     let ns = start.elapsed().as_nanos() as u64;
-    let heat = cache().insert(key, exe.clone(), info.clone(), ns, outcome == CacheOutcome::DiskHit);
+    let from_disk = outcome == CacheOutcome::DiskHit;
+    let heat = cache().insert(key, exe.clone(), info.clone(), ns, from_disk, ahead);
     Ok(Fetched { exe, info, outcome, ns, heat })
+}
+
+/// Most compiles [`fetch_ahead`] runs at once.
+const AHEAD_THREADS: usize = 8;
+
+/// Fetches the executables of `keys` that are not in memory yet (from the persistent cache,
+/// or compiled) several at once, one per core: the keys a backward pass or an optimizer step
+/// is about to dispatch one after another, whose compiles are independent. Each key's first
+/// dispatch then reports its fetch. A fetch that fails is left to that dispatch, which fails
+/// with its own error. Returns how many were fetched here.
+pub(crate) fn fetch_ahead(keys: impl IntoIterator<Item = OpKey>) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    let missing: Vec<OpKey> =
+        keys.into_iter().filter(|k| !cache().contains(k) && seen.insert(k.clone())).collect();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores.min(AHEAD_THREADS).min(missing.len());
+    // One key, or one core: each dispatch fetches its own as soon.
+    if threads < 2 {
+        return 0;
+    }
+    let next = AtomicUsize::new(0);
+    let fetched = AtomicUsize::new(0);
+    let work = || {
+        while let Some(key) = missing.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let Ok(rt) = runtime(key.device.kind) else { continue };
+            if fetch(&rt, key.clone(), Instant::now(), true).is_ok() {
+                fetched.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            let spawned = std::thread::Builder::new().name("eager-fetch-ahead".into()).spawn_scoped(s, work);
+            // Without the thread, this one does its share.
+            drop(spawned);
+        }
+        work();
+    });
+    fetched.into_inner()
 }
 
 /// The compiles a dispatch waits on now (not the background optimizer's), after the last id
@@ -573,27 +623,77 @@ struct Promoter {
     queue: Mutex<Option<std::sync::mpsc::Sender<OpKey>>>,
     pending: Mutex<usize>,
     idle: std::sync::Condvar,
+    /// The process is exiting: keys still queued are dropped (see [`finish_promotions_at_exit`]).
+    closing: AtomicBool,
+    /// Times the exit hook was registered.
+    hooks: AtomicUsize,
 }
 
 static PROMOTER: Shared<Promoter> = Shared::new("eager::runtime::Promoter", Promoter::default);
 
+extern "C" {
+    /// The C library's: `f` runs at `exit`, before the handlers registered earlier.
+    fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+}
+
+/// At exit the plugin's C++ statics are destroyed while the background compile may still use
+/// them (seen: crashes in MLIR's registries as a test binary ended). Exit handlers run last
+/// registered first, so this hook runs before the destructors of statics that existed when it
+/// was registered: it drops the queued keys and waits for the compile in flight (at most
+/// 10 s). It is registered at the first promotion and again after each of the first
+/// [`EXIT_HOOKS`] optimized compiles (each may make statics of its own).
+extern "C" fn finish_promotions_at_exit() {
+    let p = PROMOTER.get();
+    p.closing.store(true, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut pending = lock(&p.pending);
+    while *pending > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        pending = p.idle.wait_timeout(pending, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+    }
+}
+
+/// Registrations of [`finish_promotions_at_exit`] at most (later compiles rarely make new
+/// statics; each registration is one more handler run at exit).
+const EXIT_HOOKS: usize = 24;
+
+fn hook_exit() {
+    let p = PROMOTER.get();
+    if p.hooks
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < EXIT_HOOKS).then_some(n + 1))
+        .is_ok()
+    {
+        // SAFETY: registers a plain function with no captured state; atexit has no other effect.
+        unsafe { atexit(finish_promotions_at_exit) };
+    }
+}
+
 /// Queues `key`'s optimized compile (starting the background thread on first use).
 fn promote(key: OpKey) {
     let p = PROMOTER.get();
+    if p.hooks.load(Ordering::Acquire) == 0 {
+        hook_exit();
+    }
     *lock(&p.pending) += 1;
     let mut queue = lock(&p.queue);
     let sender = queue.get_or_insert_with(|| {
         let (tx, rx) = std::sync::mpsc::channel::<OpKey>();
         let spawned = std::thread::Builder::new().name("eager-optimize".into()).spawn(move || {
             for key in rx {
-                let start = Instant::now();
-                let optimized = runtime(key.device.kind).ok().and_then(|rt| {
-                    let program = Program::of(&rt, &key, Tier::Optimized).ok()?;
-                    let exe = program.load(&rt).or_else(|| program.compile(&rt).ok())?;
-                    Some(program.finish(exe))
-                });
-                cache().promote(&key, optimized, start.elapsed().as_nanos() as u64);
                 let p = PROMOTER.get();
+                if !p.closing.load(Ordering::Acquire) {
+                    let start = Instant::now();
+                    let optimized = runtime(key.device.kind).ok().and_then(|rt| {
+                        let program = Program::of(&rt, &key, Tier::Optimized).ok()?;
+                        let exe = program.load(&rt).or_else(|| program.compile(&rt).ok())?;
+                        Some(program.finish(exe))
+                    });
+                    cache().promote(&key, optimized, start.elapsed().as_nanos() as u64);
+                    hook_exit();
+                }
                 let mut pending = lock(&p.pending);
                 *pending -= 1;
                 if *pending == 0 {
@@ -790,7 +890,7 @@ pub(crate) fn execute_partitioned(
     }
     let outputs: Vec<(Vec<pjrt::Buffer>, Spec)> = per_result.into_iter().zip(specs).collect();
     let enqueued_at = p.ns_since(exec_start);
-    let left = Arc::new(std::sync::atomic::AtomicUsize::new(events.len()));
+    let left = Arc::new(AtomicUsize::new(events.len()));
     p.op_started();
     if events.is_empty() {
         completion.ready_ns.store(p.now_ns().max(1), Ordering::Release);

@@ -2,13 +2,19 @@
 //! wait, a failure on the device is reported by the read naming the op that failed, and the
 //! profiler still reports the device time.
 
+mod common;
+
 use std::time::Instant;
 
 use eager::prelude::*;
 
 #[test]
 fn an_op_returns_before_the_device_finishes_and_reads_wait() -> Result<()> {
-    let a = Tensor::rand(&[1024, 1024], DType::F32)?;
+    // Alone: another test's ops would slow the dispatch timed here, and its tensors would
+    // join the live tensors the failure test lists.
+    let _serial = common::serial();
+    // Large enough (17 GFLOP) that the device's part dwarfs a dispatch slowed by a busy machine.
+    let a = Tensor::rand(&[2048, 2048], DType::F32)?;
     // Compile first, so that the timed dispatch is a cache hit.
     a.matmul(&a)?.block_until_ready()?;
     let mark = profiler::next_seq();
@@ -17,7 +23,7 @@ fn an_op_returns_before_the_device_finishes_and_reads_wait() -> Result<()> {
     let dispatched = t.elapsed();
     let sum = c.sum_all()?.item::<f32>()?;
     let read = t.elapsed();
-    // Dispatch took a small part of the time the result needed (2 GFLOP of work).
+    // Dispatch took a small part of the time the result needed.
     assert!(dispatched * 5 < read, "dispatch {dispatched:?}, read {read:?}");
     // The reference: the same product on the host.
     let host = a.to_ndarray::<f32>()?.into_dimensionality::<ndarray::Ix2>().unwrap();
@@ -43,6 +49,7 @@ fn an_op_returns_before_the_device_finishes_and_reads_wait() -> Result<()> {
 
 #[test]
 fn a_device_failure_is_reported_on_read_naming_the_op() -> Result<()> {
+    let _serial = common::serial();
     let a = Tensor::rand(&[1200, 1200], DType::F32)?;
     let huge = [1usize << 40]; // 4 TiB of f32: no machine allocates it
     let run = || -> Result<Tensor> {
@@ -83,6 +90,7 @@ fn a_device_failure_is_reported_on_read_naming_the_op() -> Result<()> {
 
 #[test]
 fn synchronize_waits_for_every_pending_op() -> Result<()> {
+    let _serial = common::serial();
     let a = Tensor::rand(&[512, 512], DType::F32)?;
     let mut outs = Vec::new();
     for _ in 0..8 {
