@@ -6,14 +6,20 @@
 //! processes filling one cache at once leave only whole entries. A size bound evicts the
 //! least recently used entries.
 //!
+//! Warm start: each process appends the entries it uses, in order, to a log per plugin
+//! identity; with `EAGER_PRELOAD=1` (the REPL and the kernel set it) a fresh process loads the
+//! last sessions' entries ([`PRELOAD_MAX`]) on a background thread as its runtime starts, and
+//! a load finds them ready.
+//!
 //! Settings: `EAGER_COMPILE_CACHE=off` turns it off; `EAGER_COMPILE_CACHE_DIR` moves it
 //! (default `<cache dir>/compiled`); `EAGER_COMPILE_CACHE_MAX_MB` bounds it (default 1024).
 
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
@@ -27,6 +33,9 @@ const MAGIC: &[u8; 8] = b"EAGERXC1";
 const EXT: &str = "xla";
 /// Default size bound.
 pub const DEFAULT_MAX_BYTES: u64 = 1024 << 20;
+/// Entries a warm start loads at most: the most recently used (each costs about 110 KiB
+/// loaded on the CPU plugin).
+pub const PRELOAD_MAX: usize = 256;
 
 /// Where the cache lives and how big it may grow, as the environment says; `None` when
 /// `EAGER_COMPILE_CACHE` turns it off.
@@ -85,6 +94,22 @@ pub(crate) struct DiskCache {
     /// passes the bound (other processes write too, so it is an estimate).
     estimate: AtomicU64,
     counted: std::sync::Once,
+    /// The log of entries used, in order (see the module's warm start), and the entries this
+    /// process appended to it.
+    log: PathBuf,
+    logged: Mutex<HashSet<String>>,
+    warm: Warm,
+}
+
+/// What a warm start loaded ahead: entries by name with the key stored in each; the names a
+/// load asked for itself (the preloader skips them); and the stop at exit.
+#[derive(Default)]
+struct Warm {
+    ready: Mutex<HashMap<String, (Vec<u8>, Executable)>>,
+    claimed: Mutex<HashSet<String>>,
+    /// Held through each background load; [`DiskCache::stop_preloading`] takes it for good.
+    loading: Mutex<()>,
+    stopped: AtomicBool,
 }
 
 /// Why an entry on disk could not be used.
@@ -125,13 +150,96 @@ impl DiskCache {
             client.platform_version,
             client.api.attributes().unwrap_or_default(),
         );
+        let digest = Sha256::digest(identity.as_bytes());
+        let log = dir.join(format!("used-{}.log", hex(&digest[..8])));
         Some(Arc::new(DiskCache {
             dir,
             identity,
             max_bytes: configured_max_bytes(),
             estimate: AtomicU64::new(0),
             counted: std::sync::Once::new(),
+            log,
+            logged: Mutex::default(),
+            warm: Warm::default(),
         }))
+    }
+
+    /// Appends `name` to the log of entries used, once per process (one short append: lines
+    /// of processes writing at once do not mix).
+    fn note_used(&self, name: &str) {
+        if !crate::shared::lock(&self.logged).insert(name.to_string()) {
+            return;
+        }
+        let line = format!("{name}\n");
+        let _ = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+
+    /// Starts loading, on a background thread, the entries the last sessions used (the most
+    /// recent [`PRELOAD_MAX`], oldest first); `after_first` runs once the first is loaded.
+    /// The log is trimmed to them when it has grown past four times as many lines.
+    pub(crate) fn preload(self: &Arc<Self>, client: Arc<Client>, after_first: fn()) {
+        let Ok(text) = fs::read_to_string(&self.log) else { return };
+        let lines: Vec<&str> = text.lines().filter(|l| l.len() == 32).collect();
+        let mut seen = HashSet::new();
+        let mut names: Vec<String> = lines
+            .iter()
+            .rev()
+            .filter(|l| seen.insert(**l))
+            .take(PRELOAD_MAX)
+            .map(|l| l.to_string())
+            .collect();
+        names.reverse();
+        if lines.len() > 4 * PRELOAD_MAX {
+            let kept: String = names.iter().map(|n| format!("{n}\n")).collect();
+            let _ = tempfile::Builder::new()
+                .prefix(".tmp-")
+                .tempfile_in(&self.dir)
+                .and_then(|mut t| t.write_all(kept.as_bytes()).map(|_| t))
+                .and_then(|t| t.persist(&self.log).map_err(|e| e.error));
+        }
+        let cache = self.clone();
+        let spawned = std::thread::Builder::new().name("eager-preload".into()).spawn(move || {
+            let mut first = true;
+            for name in names {
+                let _loading = crate::shared::lock(&cache.warm.loading);
+                if cache.warm.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                if crate::shared::lock(&cache.warm.claimed).contains(&name) {
+                    continue;
+                }
+                let path = cache.dir.join(format!("{name}.{EXT}"));
+                let Some((key, exe)) = File::open(&path)
+                    .ok()
+                    .and_then(|mut f| read_any_entry(&mut f).ok())
+                    .and_then(|(key, payload)| Some((key, client.deserialize(&payload).ok()?)))
+                else {
+                    continue;
+                };
+                if !crate::shared::lock(&cache.warm.claimed).contains(&name) {
+                    crate::shared::lock(&cache.warm.ready).insert(name, (key, exe));
+                }
+                if std::mem::take(&mut first) {
+                    after_first();
+                }
+            }
+        });
+        drop(spawned); // without the thread, loads read the files as usual
+    }
+
+    /// Entries the warm start loaded that no load has taken yet.
+    pub(crate) fn preloaded(&self) -> usize {
+        crate::shared::lock(&self.warm.ready).len()
+    }
+
+    /// Stops the warm start: waits for the load in flight and starts no other (at exit).
+    pub(crate) fn stop_preloading(&self) {
+        self.warm.stopped.store(true, Ordering::Release);
+        std::mem::forget(crate::shared::lock(&self.warm.loading));
     }
 
     /// The bytes an entry's key is made of: who compiles (the plugin) and what (program and
@@ -146,10 +254,13 @@ impl DiskCache {
         k
     }
 
+    /// The entry's file name (without extension) for `key`.
+    fn name_for(key: &[u8]) -> String {
+        hex(&Sha256::digest(key)[..16])
+    }
+
     fn path_for(&self, key: &[u8]) -> PathBuf {
-        let digest = Sha256::digest(key);
-        let name: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        self.dir.join(format!("{name}.{EXT}"))
+        self.dir.join(format!("{}.{EXT}", DiskCache::name_for(key)))
     }
 
     /// The executable stored for `program`, loaded into `client`; `None` if there is none or
@@ -162,7 +273,14 @@ impl DiskCache {
         what: &str,
     ) -> Option<Executable> {
         let key = self.key(program, options);
-        let path = self.path_for(&key);
+        let name = DiskCache::name_for(&key);
+        let path = self.dir.join(format!("{name}.{EXT}"));
+        let ready = crate::shared::lock(&self.warm.ready).remove(&name);
+        if let Some((_, exe)) = ready.filter(|(stored, _)| *stored == key) {
+            self.note_used(&name);
+            return Some(exe);
+        }
+        crate::shared::lock(&self.warm.claimed).insert(name.clone());
         let mut file = match File::open(&path) {
             Ok(f) => f,
             Err(_) => return None,
@@ -172,6 +290,7 @@ impl DiskCache {
             Ok(exe) => {
                 // Mark it recently used, for eviction (best effort).
                 let _ = file_for_touch(&path).and_then(|f| f.set_modified(SystemTime::now()));
+                self.note_used(&name);
                 Some(exe)
             }
             Err(why) => {
@@ -212,6 +331,7 @@ impl DiskCache {
         }
         // Rename is atomic: a reader sees the old entry, no entry or the whole new one.
         tmp.persist(self.path_for(&key)).map_err(|e| e.error)?;
+        self.note_used(&DiskCache::name_for(&key));
         let written = (MAGIC.len() + 16 + key.len() + 32 + payload.len()) as u64;
         self.counted.call_once(|| {
             self.estimate.store(scan(&self.dir).iter().map(|e| e.1).sum(), Ordering::Relaxed);
@@ -245,8 +365,22 @@ fn file_for_touch(path: &Path) -> std::io::Result<File> {
     fs::OpenOptions::new().append(true).open(path)
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Reads and checks one entry; returns the serialized executable.
 fn read_entry(file: &mut File, key: &[u8]) -> Result<Vec<u8>, BadEntry> {
+    let (stored, payload) = read_any_entry(file)?;
+    if stored != key {
+        return Err(BadEntry::Key);
+    }
+    Ok(payload)
+}
+
+/// Reads one entry and checks its format and checksum; returns its key and serialized
+/// executable.
+fn read_any_entry(file: &mut File) -> Result<(Vec<u8>, Vec<u8>), BadEntry> {
     let mut data = Vec::new();
     file.read_to_end(&mut data)?;
     let mut rest = data.as_slice();
@@ -262,20 +396,18 @@ fn read_entry(file: &mut File, key: &[u8]) -> Result<Vec<u8>, BadEntry> {
         return Err(BadEntry::Format);
     }
     let key_len = u64::from_le_bytes(take(8)?.try_into().unwrap()) as usize;
-    if key_len != key.len() || take(key_len)? != key {
-        return Err(BadEntry::Key);
-    }
+    let key = take(key_len)?.to_vec();
     let len = u64::from_le_bytes(take(8)?.try_into().unwrap()) as usize;
     let sum = take(32)?.to_vec();
     let payload = take(len)?;
     if Sha256::digest(payload).as_slice() != sum.as_slice() {
         return Err(BadEntry::Checksum);
     }
-    Ok(payload.to_vec())
+    Ok((key, payload.to_vec()))
 }
 
-/// Removes every entry (and stray temp files) from the cache dir; returns how many entries
-/// went. Works whether or not a runtime has started.
+/// Removes every entry (with stray temp files and the logs of entries used) from the cache
+/// dir; returns how many entries went. Works whether or not a runtime has started.
 pub fn clear() -> std::io::Result<usize> {
     let Some(dir) = configured_dir() else { return Ok(0) };
     let Ok(entries) = fs::read_dir(&dir) else { return Ok(0) };
@@ -284,7 +416,9 @@ pub fn clear() -> std::io::Result<usize> {
         let p = e.path();
         let name = e.file_name();
         let is_entry = p.extension().is_some_and(|x| x == EXT);
-        if is_entry || name.to_string_lossy().starts_with(".tmp-") {
+        let name = name.to_string_lossy();
+        let is_log = name.starts_with("used-") && name.ends_with(".log");
+        if is_entry || is_log || name.starts_with(".tmp-") {
             fs::remove_file(&p)?;
             removed += is_entry as usize;
         }
@@ -331,6 +465,9 @@ mod tests {
             max_bytes: 0,
             estimate: AtomicU64::new(0),
             counted: std::sync::Once::new(),
+            log: PathBuf::from("cache/used.log"),
+            logged: Mutex::default(),
+            warm: Warm::default(),
         };
         let options = &crate::pjrt::compile_options(crate::pjrt::Tier::Optimized, None);
         let key = cache.key("module", options);

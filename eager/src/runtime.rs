@@ -132,8 +132,18 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
     }
     let started = plugin::start(kind, explicit.as_deref())?;
     let disk = DiskCache::open(&started.client, &started.path);
+    if let Some(d) = disk.as_ref().filter(|_| std::env::var_os("EAGER_PRELOAD").is_some_and(|v| v == "1")) {
+        d.preload(started.client.clone(), hook_exit);
+    }
     let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client, disk });
     Ok(lock(&g.runtimes).entry(kind).or_insert(rt).clone())
+}
+
+/// Executables the warm start (`EAGER_PRELOAD=1`, see [`crate::disk_cache`]) loaded that no op
+/// has taken yet, over the runtimes started.
+pub fn preloaded() -> usize {
+    let runtimes: Vec<Arc<Runtime>> = lock(&state().runtimes).values().cloned().collect();
+    runtimes.iter().filter_map(|r| r.disk.as_ref()).map(|d| d.preloaded()).sum()
 }
 
 /// Uses the plugin at `path` for `kind` (before its first use; later calls have no effect
@@ -623,7 +633,8 @@ struct Promoter {
     queue: Mutex<Option<std::sync::mpsc::Sender<OpKey>>>,
     pending: Mutex<usize>,
     idle: std::sync::Condvar,
-    /// The process is exiting: keys still queued are dropped (see [`finish_promotions_at_exit`]).
+    /// The process is exiting: keys still queued are dropped (see
+    /// [`finish_background_work_at_exit`]).
     closing: AtomicBool,
     /// Times the exit hook was registered.
     hooks: AtomicUsize,
@@ -636,13 +647,18 @@ extern "C" {
     fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
 }
 
-/// At exit the plugin's C++ statics are destroyed while the background compile may still use
-/// them (seen: crashes in MLIR's registries as a test binary ended). Exit handlers run last
-/// registered first, so this hook runs before the destructors of statics that existed when it
-/// was registered: it drops the queued keys and waits for the compile in flight (at most
-/// 10 s). It is registered at the first promotion and again after each of the first
-/// [`EXIT_HOOKS`] optimized compiles (each may make statics of its own).
-extern "C" fn finish_promotions_at_exit() {
+/// At exit the plugin's C++ statics are destroyed while a background compile or load may
+/// still use them (seen: crashes in MLIR's registries as a test binary ended). Exit handlers
+/// run last registered first, so this hook runs before the destructors of statics that
+/// existed when it was registered: it stops the warm start's loads, drops the queued keys and
+/// waits for the compile in flight (at most 10 s). It is registered at the first promotion,
+/// after the warm start's first load, and again after each of the first [`EXIT_HOOKS`]
+/// optimized compiles (each may make statics of its own).
+extern "C" fn finish_background_work_at_exit() {
+    let runtimes: Vec<Arc<Runtime>> = lock(&state().runtimes).values().cloned().collect();
+    for d in runtimes.iter().filter_map(|r| r.disk.as_ref()) {
+        d.stop_preloading();
+    }
     let p = PROMOTER.get();
     p.closing.store(true, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -656,7 +672,7 @@ extern "C" fn finish_promotions_at_exit() {
     }
 }
 
-/// Registrations of [`finish_promotions_at_exit`] at most (later compiles rarely make new
+/// Registrations of [`finish_background_work_at_exit`] at most (later compiles rarely make new
 /// statics; each registration is one more handler run at exit).
 const EXIT_HOOKS: usize = 24;
 
@@ -667,7 +683,7 @@ fn hook_exit() {
         .is_ok()
     {
         // SAFETY: registers a plain function with no captured state; atexit has no other effect.
-        unsafe { atexit(finish_promotions_at_exit) };
+        unsafe { atexit(finish_background_work_at_exit) };
     }
 }
 

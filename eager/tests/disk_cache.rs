@@ -13,6 +13,10 @@ use eager::profiler::CacheOutcome;
 struct ChildReport {
     outcomes: Vec<(String, CacheOutcome)>,
     values: Vec<f64>,
+    /// With `EAGER_TEST_WAIT_PRELOAD=n`: the executables the warm start had loaded before the
+    /// ops (once n were), and those left untaken after.
+    #[serde(default)]
+    preloaded: Option<(usize, usize)>,
 }
 
 const CHILD_ENV: &str = "EAGER_TEST_DISK_CHILD";
@@ -25,6 +29,15 @@ fn child_runs_ops() -> Result<()> {
     if std::env::var_os(CHILD_ENV).is_none() {
         return Ok(());
     }
+    let wait: Option<usize> = std::env::var("EAGER_TEST_WAIT_PRELOAD").ok().and_then(|v| v.parse().ok());
+    let before = wait.map(|n| {
+        eager::devices(DeviceKind::Cpu).expect("the CPU runtime starts");
+        let start = std::time::Instant::now();
+        while eager::runtime::preloaded() < n && start.elapsed().as_secs() < 60 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        eager::runtime::preloaded()
+    });
     let x = Tensor::from_slice(&(0..29 * 3).map(|i| i as f32 / 50.0).collect::<Vec<_>>(), &[29, 3])?;
     let w = Tensor::from_slice(&[0.5f32, -1.0, 2.0], &[3, 1])?;
     let y = x.matmul(&w)?.tanh()?.exp()?.sum(&[0], false)?;
@@ -33,7 +46,8 @@ fn child_runs_ops() -> Result<()> {
     values.extend(z.to_f64_vec()?);
     let outcomes =
         profiler::events().into_iter().filter_map(|e| e.cache.map(|c| (e.info.signature(), c))).collect();
-    println!("CHILD_REPORT {}", serde_json::to_string(&ChildReport { outcomes, values }).unwrap());
+    let preloaded = before.map(|b| (b, eager::runtime::preloaded()));
+    println!("CHILD_REPORT {}", serde_json::to_string(&ChildReport { outcomes, values, preloaded }).unwrap());
     Ok(())
 }
 
@@ -88,9 +102,15 @@ fn assert_all_loaded_without_warnings(r: &ChildReport, stderr: &str) {
     assert!(!stderr.contains("warning"), "{stderr}");
 }
 
+/// The cache's entries (its log of entries used left out).
 fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "xla"))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -110,6 +130,24 @@ fn a_second_process_loads_from_disk_and_compiles_nothing() {
     assert_eq!(second.outcomes.len(), first.outcomes.len());
     assert_all_loaded_without_warnings(&second, &stderr);
     assert_eq!(second.values, first.values);
+}
+
+/// A warm start (`EAGER_PRELOAD=1`, as the REPL and kernel run) loads the entries the last
+/// sessions used as the runtime starts; the ops then take each one, computing the same.
+#[test]
+fn a_warm_start_loads_the_last_sessions_entries_before_they_are_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = run_child(dir.path(), &[]);
+    let n = entries(dir.path()).len();
+    assert_eq!(n, first.outcomes.len());
+    let wait = n.to_string();
+    let (warm, stderr) = run_child(dir.path(), &[("EAGER_PRELOAD", "1"), ("EAGER_TEST_WAIT_PRELOAD", &wait)]);
+    assert_eq!(warm.preloaded, Some((n, 0)), "loaded before the ops, and left after");
+    assert_all_loaded_without_warnings(&warm, &stderr);
+    assert_eq!(warm.values, first.values);
+    // Without it, nothing is loaded ahead.
+    let (cold, _) = run_child(dir.path(), &[("EAGER_TEST_WAIT_PRELOAD", "0")]);
+    assert_eq!(cold.preloaded, Some((0, 0)));
 }
 
 #[test]

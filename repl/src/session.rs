@@ -175,6 +175,11 @@ impl Session {
         if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
             std::env::set_var("TF_CPP_MIN_LOG_LEVEL", "3");
         }
+        // A session's runtime loads the executables the last sessions used while the user
+        // types (the persistent cache's warm start), unless the user said otherwise.
+        if std::env::var_os("EAGER_PRELOAD").is_none() {
+            std::env::set_var("EAGER_PRELOAD", "1");
+        }
         if let Some(d) = &opts.device {
             let device: eager::Device = d.parse().map_err(|e: String| anyhow!(e))?;
             std::env::set_var("EAGER_DEVICE", device.to_string());

@@ -176,6 +176,11 @@ struct Report {
     /// the disk cache the cold run filled.
     mlp_first_step_cold: FirstStep,
     mlp_first_step_disk: FirstStep,
+    /// The same from the disk cache with the warm start on (`EAGER_PRELOAD=1`, as the REPL
+    /// and kernel run): the last session's executables load in the background from the
+    /// runtime's start, here with no pause before the first ops.
+    #[serde(default)]
+    mlp_first_step_warm: FirstStep,
     /// A one-op add (f32[n, 53] + f32[n, 53], fresh shapes), compiled at each tier: medians.
     add_compile_quick_ms: f64,
     add_compile_optimized_ms: f64,
@@ -325,12 +330,13 @@ fn tier_execute(rt: &runtime::Runtime) -> Result<Vec<TierExecute>> {
 }
 
 /// Runs the first-call ops and an MLP's first step in a fresh process with the disk cache at
-/// `dir`.
-fn first_call_in_child(dir: &Path) -> anyhow::Result<ChildReport> {
+/// `dir` (its warm start on with `preload`).
+fn first_call_in_child(dir: &Path, preload: bool) -> anyhow::Result<ChildReport> {
     let out = Command::new(std::env::current_exe()?)
         .arg("--first-call-child")
         .env("EAGER_COMPILE_CACHE", "on")
         .env("EAGER_COMPILE_CACHE_DIR", dir)
+        .env("EAGER_PRELOAD", if preload { "1" } else { "0" })
         .output()
         .context("running the first-call child")?;
     anyhow::ensure!(
@@ -670,10 +676,12 @@ fn main() -> anyhow::Result<()> {
     // First calls in fresh processes: compiled (empty disk cache), then loaded from it.
     let dir = std::env::temp_dir().join(format!("eager-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let cold = first_call_in_child(&dir)?;
-    let disk = first_call_in_child(&dir)?;
+    let cold = first_call_in_child(&dir, false)?;
+    let disk = first_call_in_child(&dir, false)?;
+    let warm = first_call_in_child(&dir, true)?;
     (r.first_call_cold, r.mlp_first_step_cold) = (cold.ops, cold.mlp_first_step);
     (r.first_call_disk, r.mlp_first_step_disk) = (disk.ops, disk.mlp_first_step);
+    r.mlp_first_step_warm = warm.mlp_first_step;
 
     // The tiers: what a compile costs at each, and what the quick tier costs large ops.
     let quick: Vec<f64> =
@@ -794,6 +802,10 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     println!(
         "  MLP 784-256-10 first SGD step: cold {:.0} ms ({} executables, {} of them compiled ahead side by side), disk cache {:.1} ms ({} loaded, {} ahead)",
         c.ms, c.executables, c.fetched_ahead, d.ms, d.executables, d.fetched_ahead
+    );
+    println!(
+        "    disk cache with the warm start (EAGER_PRELOAD=1, the REPL's and kernel's default): {:.1} ms",
+        r.mlp_first_step_warm.ms
     );
     println!(
         "    the next 10 steps, before keys turn hot: {:.0} steps/s (cold run), {:.0} (disk run)",
