@@ -101,15 +101,25 @@ pub(crate) struct DiskCache {
     warm: Warm,
 }
 
-/// What a warm start loaded ahead: entries by name with the key stored in each; the names a
-/// load asked for itself (the preloader skips them); and the stop at exit.
+/// What a warm start loaded ahead, and the stop at exit.
 #[derive(Default)]
 struct Warm {
-    ready: Mutex<HashMap<String, (Vec<u8>, Executable)>>,
-    claimed: Mutex<HashSet<String>>,
+    state: Mutex<WarmState>,
+    /// Signalled as each background load ends.
+    settled: std::sync::Condvar,
     /// Held through each background load; [`DiskCache::stop_preloading`] takes it for good.
     loading: Mutex<()>,
     stopped: AtomicBool,
+}
+
+#[derive(Default)]
+struct WarmState {
+    /// Loaded entries by name, with the key stored in each.
+    ready: HashMap<String, (Vec<u8>, Executable)>,
+    /// Names a load read itself: the preloader skips them.
+    claimed: HashSet<String>,
+    /// The entry the preloader is loading now: a load of it waits instead of loading it twice.
+    in_flight: Option<String>,
 }
 
 /// Why an entry on disk could not be used.
@@ -178,11 +188,17 @@ impl DiskCache {
             .and_then(|mut f| f.write_all(line.as_bytes()));
     }
 
-    /// Starts loading, on a background thread, the entries the last sessions used (the most
-    /// recent [`PRELOAD_MAX`], oldest first); `after_first` runs once the first is loaded.
-    /// The log is trimmed to them when it has grown past four times as many lines.
-    pub(crate) fn preload(self: &Arc<Self>, client: Arc<Client>, after_first: fn()) {
-        let Ok(text) = fs::read_to_string(&self.log) else { return };
+    /// Starts the warm start on a background thread: `warm_up` first (a tiny compile, which
+    /// makes XLA's one-time state), then the entries the last sessions used (the most recent
+    /// [`PRELOAD_MAX`], oldest first); `after_first` runs after the warm-up and after the
+    /// first entry. The log is trimmed to them when it has grown past four times as many lines.
+    pub(crate) fn preload(
+        self: &Arc<Self>,
+        client: Arc<Client>,
+        warm_up: Box<dyn FnOnce() + Send>,
+        after_first: fn(),
+    ) {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().filter(|l| l.len() == 32).collect();
         let mut seen = HashSet::new();
         let mut names: Vec<String> = lines
@@ -203,27 +219,42 @@ impl DiskCache {
         }
         let cache = self.clone();
         let spawned = std::thread::Builder::new().name("eager-preload".into()).spawn(move || {
+            {
+                let _loading = crate::shared::lock(&cache.warm.loading);
+                if cache.warm.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                warm_up();
+            }
+            after_first();
             let mut first = true;
             for name in names {
                 let _loading = crate::shared::lock(&cache.warm.loading);
                 if cache.warm.stopped.load(Ordering::Acquire) {
                     return;
                 }
-                if crate::shared::lock(&cache.warm.claimed).contains(&name) {
-                    continue;
+                {
+                    let mut st = crate::shared::lock(&cache.warm.state);
+                    if st.claimed.contains(&name) {
+                        continue;
+                    }
+                    st.in_flight = Some(name.clone());
                 }
                 let path = cache.dir.join(format!("{name}.{EXT}"));
-                let Some((key, exe)) = File::open(&path)
+                let loaded = File::open(&path)
                     .ok()
                     .and_then(|mut f| read_any_entry(&mut f).ok())
-                    .and_then(|(key, payload)| Some((key, client.deserialize(&payload).ok()?)))
-                else {
-                    continue;
-                };
-                if !crate::shared::lock(&cache.warm.claimed).contains(&name) {
-                    crate::shared::lock(&cache.warm.ready).insert(name, (key, exe));
+                    .and_then(|(key, payload)| Some((key, client.deserialize(&payload).ok()?)));
+                let was_loaded = loaded.is_some();
+                {
+                    let mut st = crate::shared::lock(&cache.warm.state);
+                    st.in_flight = None;
+                    if let Some(entry) = loaded {
+                        st.ready.insert(name, entry);
+                    }
                 }
-                if std::mem::take(&mut first) {
+                cache.warm.settled.notify_all();
+                if was_loaded && std::mem::take(&mut first) {
                     after_first();
                 }
             }
@@ -233,12 +264,15 @@ impl DiskCache {
 
     /// Entries the warm start loaded that no load has taken yet.
     pub(crate) fn preloaded(&self) -> usize {
-        crate::shared::lock(&self.warm.ready).len()
+        crate::shared::lock(&self.warm.state).ready.len()
     }
 
     /// Stops the warm start: waits for the load in flight and starts no other (at exit).
     pub(crate) fn stop_preloading(&self) {
-        self.warm.stopped.store(true, Ordering::Release);
+        // Once: the exit hook is registered (so run) more than once.
+        if self.warm.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
         std::mem::forget(crate::shared::lock(&self.warm.loading));
     }
 
@@ -275,12 +309,29 @@ impl DiskCache {
         let key = self.key(program, options);
         let name = DiskCache::name_for(&key);
         let path = self.dir.join(format!("{name}.{EXT}"));
-        let ready = crate::shared::lock(&self.warm.ready).remove(&name);
-        if let Some((_, exe)) = ready.filter(|(stored, _)| *stored == key) {
-            self.note_used(&name);
-            return Some(exe);
+        {
+            let mut st = crate::shared::lock(&self.warm.state);
+            // Being loaded ahead now: wait for it (a stuck preloader is given 10 s).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while st.in_flight.as_deref() == Some(name.as_str()) {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                st = self
+                    .warm
+                    .settled
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+            }
+            if let Some((_, exe)) = st.ready.remove(&name).filter(|(stored, _)| *stored == key) {
+                drop(st);
+                self.note_used(&name);
+                return Some(exe);
+            }
+            st.claimed.insert(name.clone());
         }
-        crate::shared::lock(&self.warm.claimed).insert(name.clone());
         let mut file = match File::open(&path) {
             Ok(f) => f,
             Err(_) => return None,

@@ -133,7 +133,17 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
     let started = plugin::start(kind, explicit.as_deref())?;
     let disk = DiskCache::open(&started.client, &started.path);
     if let Some(d) = disk.as_ref().filter(|_| std::env::var_os("EAGER_PRELOAD").is_some_and(|v| v == "1")) {
-        d.preload(started.client.clone(), hook_exit);
+        // XLA makes its one-time compiler state at the first compile (about 10 ms here): a
+        // one-op program compiled first takes that off the user's first op.
+        let client = started.client.clone();
+        let warm_up = move || {
+            // An add with a broadcast: broadcasting has one-time state of its own.
+            let (a, b) =
+                (Spec::new(&[2, 3], crate::dtype::DType::F32), Spec::new(&[3], crate::dtype::DType::F32));
+            let text = Op::Binary(crate::ops::Binary::Add).emit_module(&[a.clone(), b], &a);
+            let _ = client.compile(&text, &pjrt::compile_options(Tier::Quick, None));
+        };
+        d.preload(started.client.clone(), Box::new(warm_up), hook_exit);
     }
     let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client, disk });
     Ok(lock(&g.runtimes).entry(kind).or_insert(rt).clone())

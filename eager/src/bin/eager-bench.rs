@@ -41,11 +41,14 @@ struct Args {
     memory_ops: usize,
     /// Internal: run the first-call ops in this process and print their outcomes as JSON.
     first_call_child: bool,
+    /// With it: the pause between the runtime's start and the first ops (a user typing).
+    pause_ms: usize,
 }
 
 impl Args {
     fn parse() -> anyhow::Result<Args> {
-        let mut a = Args { json: false, calls: 20_000, memory_ops: 1_000_000, first_call_child: false };
+        let mut a =
+            Args { json: false, calls: 20_000, memory_ops: 1_000_000, first_call_child: false, pause_ms: 0 };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
             let mut number = |name: &str| -> anyhow::Result<usize> {
@@ -57,6 +60,7 @@ impl Args {
                 "--calls" => a.calls = number("--calls")?.max(10),
                 "--memory-ops" => a.memory_ops = number("--memory-ops")?,
                 "--first-call-child" => a.first_call_child = true,
+                "--pause-ms" => a.pause_ms = number("--pause-ms")?,
                 "-h" | "--help" => {
                     println!("{USAGE}");
                     std::process::exit(0);
@@ -181,6 +185,12 @@ struct Report {
     /// runtime's start, here with no pause before the first ops.
     #[serde(default)]
     mlp_first_step_warm: FirstStep,
+    /// The same a second after the runtime started (the REPL's case: the user types first).
+    #[serde(default)]
+    mlp_first_step_warm_after_pause: FirstStep,
+    /// A cold compile of the first add of a new shape in such a session (warm-up done).
+    #[serde(default)]
+    first_add_in_session_ms: f64,
     /// A one-op add (f32[n, 53] + f32[n, 53], fresh shapes), compiled at each tier: medians.
     add_compile_quick_ms: f64,
     add_compile_optimized_ms: f64,
@@ -330,10 +340,10 @@ fn tier_execute(rt: &runtime::Runtime) -> Result<Vec<TierExecute>> {
 }
 
 /// Runs the first-call ops and an MLP's first step in a fresh process with the disk cache at
-/// `dir` (its warm start on with `preload`).
-fn first_call_in_child(dir: &Path, preload: bool) -> anyhow::Result<ChildReport> {
+/// `dir` (its warm start on with `preload`), `pause_ms` after its runtime started.
+fn first_call_in_child(dir: &Path, preload: bool, pause_ms: usize) -> anyhow::Result<ChildReport> {
     let out = Command::new(std::env::current_exe()?)
-        .arg("--first-call-child")
+        .args(["--first-call-child", "--pause-ms", &pause_ms.to_string()])
         .env("EAGER_COMPILE_CACHE", "on")
         .env("EAGER_COMPILE_CACHE_DIR", dir)
         .env("EAGER_PRELOAD", if preload { "1" } else { "0" })
@@ -560,6 +570,10 @@ fn train_gpt() -> Result<Steps> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse()?;
     if args.first_call_child {
+        if args.pause_ms > 0 {
+            eager::devices(eager::default_device().kind)?;
+            std::thread::sleep(std::time::Duration::from_millis(args.pause_ms as u64));
+        }
         let report = ChildReport { ops: first_call_ops()?, mlp_first_step: mlp_first_step()? };
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());
@@ -676,12 +690,21 @@ fn main() -> anyhow::Result<()> {
     // First calls in fresh processes: compiled (empty disk cache), then loaded from it.
     let dir = std::env::temp_dir().join(format!("eager-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let cold = first_call_in_child(&dir, false)?;
-    let disk = first_call_in_child(&dir, false)?;
-    let warm = first_call_in_child(&dir, true)?;
+    let cold = first_call_in_child(&dir, false, 0)?;
+    let disk = first_call_in_child(&dir, false, 0)?;
+    let warm = first_call_in_child(&dir, true, 0)?;
+    let paused = first_call_in_child(&dir, true, 1000)?;
     (r.first_call_cold, r.mlp_first_step_cold) = (cold.ops, cold.mlp_first_step);
     (r.first_call_disk, r.mlp_first_step_disk) = (disk.ops, disk.mlp_first_step);
     r.mlp_first_step_warm = warm.mlp_first_step;
+    r.mlp_first_step_warm_after_pause = paused.mlp_first_step;
+    // The first add of a new shape in a session whose runtime started a second before (the
+    // warm start's warm-up compile done): compiled, not loaded (a shape the cache lacks).
+    let session = std::env::temp_dir().join(format!("eager-bench-{}-session", std::process::id()));
+    let _ = std::fs::remove_dir_all(&session);
+    let fresh = first_call_in_child(&session, true, 1000)?;
+    r.first_add_in_session_ms = fresh.ops.first().map_or(0.0, |c| c.fetch_ms);
+    let _ = std::fs::remove_dir_all(&session);
 
     // The tiers: what a compile costs at each, and what the quick tier costs large ops.
     let quick: Vec<f64> =
@@ -804,8 +827,12 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
         c.ms, c.executables, c.fetched_ahead, d.ms, d.executables, d.fetched_ahead
     );
     println!(
-        "    disk cache with the warm start (EAGER_PRELOAD=1, the REPL's and kernel's default): {:.1} ms",
-        r.mlp_first_step_warm.ms
+        "    disk cache with the warm start (EAGER_PRELOAD=1, the REPL's and kernel's default): {:.1} ms at once, {:.1} ms a second after the runtime started",
+        r.mlp_first_step_warm.ms, r.mlp_first_step_warm_after_pause.ms
+    );
+    println!(
+        "  first add (broadcast) of a new shape, compiled, a second into a session (warm start on, empty cache): {:.1} ms",
+        r.first_add_in_session_ms
     );
     println!(
         "    the next 10 steps, before keys turn hot: {:.0} steps/s (cold run), {:.0} (disk run)",
