@@ -556,11 +556,21 @@ pub(crate) fn ahead(mark: &AheadMark, device: Device, f: impl FnOnce() -> Result
         *slot = Some(Recording { dry: true, ..Recording::new(device, rt, true) });
         t.active.store(true, Ordering::Release);
     }
+    // Takes the dry recording out however `f` ends (a panic included: ops after it must run).
+    struct Dry;
+    impl Drop for Dry {
+        fn drop(&mut self) {
+            let this = std::thread::current().id();
+            take_recording_if(|r| r.thread == this && r.dry);
+        }
+    }
+    let dry = Dry;
     // A failure (a read of a value the dry run never made) ends the recording early: the
     // keys recorded until then are still fetched.
     let _ = f();
     let this = std::thread::current().id();
     let Some(rec) = take_recording_if(|r| r.thread == this && r.dry) else { return 0 };
+    drop(dry);
     let keys = rec.values.iter().filter_map(|(def, _)| match def {
         ValueDef::Op { op, inputs } => {
             Some(crate::cache::OpKey::new(op.clone(), inputs.iter().map(|&v| &rec.values[v].1), device))

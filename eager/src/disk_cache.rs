@@ -327,6 +327,7 @@ impl DiskCache {
             }
             if let Some((_, exe)) = st.ready.remove(&name).filter(|(stored, _)| *stored == key) {
                 drop(st);
+                let _ = file_for_touch(&path).and_then(|f| f.set_modified(SystemTime::now()));
                 self.note_used(&name);
                 return Some(exe);
             }
