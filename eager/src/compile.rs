@@ -358,21 +358,14 @@ pub(crate) fn traced_rng_state(device: Device) -> Option<Tensor> {
 /// over a mesh run eagerly. Inside a compiled function, or another fused region, `f` just
 /// runs (its ops are recorded there already).
 pub fn fused<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let t = tracer();
     if with_recording(|_| ()).is_some() {
         return f();
     }
     let device = runtime::default_device();
     let rt = runtime::runtime(device.kind)?;
-    {
-        let mut slot = lock(&t.recording);
-        if slot.is_some() {
-            // Another thread is tracing or fused: this region runs eagerly.
-            drop(slot);
-            return f();
-        }
-        *slot = Some(Recording::new(device, rt, true));
-        t.active.store(true, Ordering::Release);
+    if !start_recording(Recording::new(device, rt, true)) {
+        // Another thread is tracing or fused: this region runs eagerly.
+        return f();
     }
     let out = f();
     // The region's end: what is left runs (its failure, if any, reaches the reads).
@@ -380,6 +373,18 @@ pub fn fused<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
         run_fused(rec);
     }
     out
+}
+
+/// Makes `rec` the tracer's recording, unless one is running (then false: `rec` is dropped).
+fn start_recording(rec: Recording) -> bool {
+    let t = tracer();
+    let mut slot = lock(&t.recording);
+    if slot.is_some() {
+        return false;
+    }
+    *slot = Some(rec);
+    t.active.store(true, Ordering::Release);
+    true
 }
 
 /// Takes this thread's fused recording out of the tracer (ops then run eagerly).
@@ -495,12 +500,9 @@ pub(crate) fn record_fused(op: &Op, inputs: &[&Tensor], device: Option<Device>) 
         // Fused mode: this thread's ops go to an implicit region until it is ended.
         let device = runtime::default_device();
         let rt = runtime::runtime(device.kind).ok()?;
-        let mut slot = lock(&t.recording);
-        if slot.is_some() {
+        if !start_recording(Recording { implicit: true, ..Recording::new(device, rt, true) }) {
             return None;
         }
-        *slot = Some(Recording { implicit: true, ..Recording::new(device, rt, true) });
-        t.active.store(true, Ordering::Release);
     }
     let takes = with_recording(|rec| {
         let here = device.unwrap_or(rec.device) == rec.device;
@@ -547,14 +549,8 @@ pub(crate) fn ahead(mark: &AheadMark, device: Device, f: impl FnOnce() -> Result
         return 0;
     }
     let Ok(rt) = runtime::runtime(device.kind) else { return 0 };
-    let t = tracer();
-    {
-        let mut slot = lock(&t.recording);
-        if slot.is_some() {
-            return 0;
-        }
-        *slot = Some(Recording { dry: true, ..Recording::new(device, rt, true) });
-        t.active.store(true, Ordering::Release);
+    if !start_recording(Recording { dry: true, ..Recording::new(device, rt, true) }) {
+        return 0;
     }
     // Takes the dry recording out however `f` ends (a panic included: ops after it must run).
     struct Dry;

@@ -195,7 +195,7 @@ impl DiskCache {
     pub(crate) fn preload(
         self: &Arc<Self>,
         client: Arc<Client>,
-        warm_up: Box<dyn FnOnce() + Send>,
+        warm_up: fn(&Arc<Client>),
         after_first: fn(),
     ) {
         let text = fs::read_to_string(&self.log).unwrap_or_default();
@@ -224,7 +224,7 @@ impl DiskCache {
                 if cache.warm.stopped.load(Ordering::Acquire) {
                     return;
                 }
-                warm_up();
+                warm_up(&client);
             }
             after_first();
             let mut first = true;

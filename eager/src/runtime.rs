@@ -133,27 +133,30 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
     let started = plugin::start(kind, explicit.as_deref())?;
     let disk = DiskCache::open(&started.client, &started.path);
     if let Some(d) = disk.as_ref().filter(|_| std::env::var_os("EAGER_PRELOAD").is_some_and(|v| v == "1")) {
-        // XLA makes its one-time compiler state at the first compile (about 10 ms here): a
-        // one-op program compiled first takes that off the user's first op.
-        let client = started.client.clone();
-        let warm_up = move || {
-            // An add with a broadcast: broadcasting has one-time state of its own.
-            let (a, b) =
-                (Spec::new(&[2, 3], crate::dtype::DType::F32), Spec::new(&[3], crate::dtype::DType::F32));
-            let text = Op::Binary(crate::ops::Binary::Add).emit_module(&[a.clone(), b], &a);
-            let _ = client.compile(&text, &pjrt::compile_options(Tier::Quick, None));
-        };
-        d.preload(started.client.clone(), Box::new(warm_up), hook_exit);
+        d.preload(started.client.clone(), warm_up, hook_exit);
     }
     let rt = Arc::new(Runtime { kind, plugin_path: started.path, client: started.client, disk });
     Ok(lock(&g.runtimes).entry(kind).or_insert(rt).clone())
 }
 
+/// XLA makes its one-time compiler state at the first compile (about 10 ms here): the warm
+/// start compiles a one-op program first, taking that off the user's first op. An add with a
+/// broadcast: broadcasting has one-time state of its own.
+fn warm_up(client: &Arc<Client>) {
+    let (a, b) = (Spec::new(&[2, 3], crate::dtype::DType::F32), Spec::new(&[3], crate::dtype::DType::F32));
+    let text = Op::Binary(crate::ops::Binary::Add).emit_module(&[a.clone(), b], &a);
+    let _ = client.compile(&text, &pjrt::compile_options(Tier::Quick, None));
+}
+
+/// The persistent caches of the runtimes started.
+fn disk_caches() -> Vec<Arc<DiskCache>> {
+    lock(&state().runtimes).values().filter_map(|r| r.disk.clone()).collect()
+}
+
 /// Executables the warm start (`EAGER_PRELOAD=1`, see [`crate::disk_cache`]) loaded that no op
 /// has taken yet, over the runtimes started.
 pub fn preloaded() -> usize {
-    let runtimes: Vec<Arc<Runtime>> = lock(&state().runtimes).values().cloned().collect();
-    runtimes.iter().filter_map(|r| r.disk.as_ref()).map(|d| d.preloaded()).sum()
+    disk_caches().iter().map(|d| d.preloaded()).sum()
 }
 
 /// Uses the plugin at `path` for `kind` (before its first use; later calls have no effect
@@ -665,21 +668,11 @@ extern "C" {
 /// after the warm start's first load, and again after each of the first [`EXIT_HOOKS`]
 /// optimized compiles (each may make statics of its own).
 extern "C" fn finish_background_work_at_exit() {
-    let runtimes: Vec<Arc<Runtime>> = lock(&state().runtimes).values().cloned().collect();
-    for d in runtimes.iter().filter_map(|r| r.disk.as_ref()) {
+    for d in disk_caches() {
         d.stop_preloading();
     }
-    let p = PROMOTER.get();
-    p.closing.store(true, Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut pending = lock(&p.pending);
-    while *pending > 0 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        pending = p.idle.wait_timeout(pending, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
-    }
+    PROMOTER.get().closing.store(true, Ordering::Release);
+    wait_for_promotions_until(Some(Instant::now() + Duration::from_secs(10)));
 }
 
 /// Registrations of [`finish_background_work_at_exit`] at most (later compiles rarely make new
@@ -739,10 +732,24 @@ fn promote(key: OpKey) {
 /// Waits until every hot key's optimized compile queued so far is swapped in (benchmarks and
 /// tests that want steady figures).
 pub fn wait_for_promotions() {
+    wait_for_promotions_until(None);
+}
+
+/// Waits until no optimized compile is queued or running, or until `deadline`.
+fn wait_for_promotions_until(deadline: Option<Instant>) {
     let p = PROMOTER.get();
     let mut pending = lock(&p.pending);
     while *pending > 0 {
-        pending = p.idle.wait(pending).unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending = match deadline {
+            None => p.idle.wait(pending).unwrap_or_else(std::sync::PoisonError::into_inner),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                p.idle.wait_timeout(pending, left).unwrap_or_else(std::sync::PoisonError::into_inner).0
+            }
+        };
     }
 }
 
