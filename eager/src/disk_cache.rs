@@ -99,6 +99,9 @@ pub(crate) struct DiskCache {
     log: PathBuf,
     logged: Mutex<HashSet<String>>,
     warm: Warm,
+    /// A write failed (a read-only or full dir): this process writes no more entries, after
+    /// one warning saying why (loads go on).
+    writes_off: AtomicBool,
 }
 
 /// What a warm start loaded ahead, and the stop at exit.
@@ -171,6 +174,7 @@ impl DiskCache {
             log,
             logged: Mutex::default(),
             warm: Warm::default(),
+            writes_off: AtomicBool::new(false),
         }))
     }
 
@@ -181,10 +185,7 @@ impl DiskCache {
             return;
         }
         let line = format!("{name}\n");
-        let _ = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
+        let _ = open_regular(&self.log, fs::OpenOptions::new().create(true).append(true))
             .and_then(|mut f| f.write_all(line.as_bytes()));
     }
 
@@ -198,7 +199,9 @@ impl DiskCache {
         warm_up: fn(&Arc<Client>),
         after_first: fn(),
     ) {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let mut text = String::new();
+        let _ = open_regular(&self.log, fs::OpenOptions::new().read(true))
+            .and_then(|mut f| f.read_to_string(&mut text));
         let lines: Vec<&str> = text.lines().filter(|l| l.len() == 32).collect();
         let mut seen = HashSet::new();
         let mut names: Vec<String> = lines
@@ -241,7 +244,7 @@ impl DiskCache {
                     st.in_flight = Some(name.clone());
                 }
                 let path = cache.dir.join(format!("{name}.{EXT}"));
-                let loaded = File::open(&path)
+                let loaded = open_regular(&path, fs::OpenOptions::new().read(true))
                     .ok()
                     .and_then(|mut f| read_any_entry(&mut f).ok())
                     .and_then(|(key, payload)| Some((key, client.deserialize(&payload).ok()?)));
@@ -333,11 +336,13 @@ impl DiskCache {
             }
             st.claimed.insert(name.clone());
         }
-        let mut file = match File::open(&path) {
-            Ok(f) => f,
-            Err(_) => return None,
+        let file = match open_regular(&path, fs::OpenOptions::new().read(true)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            file => file.map_err(BadEntry::Io),
         };
-        match read_entry(&mut file, &key).and_then(|bytes| client.deserialize(&bytes).map_err(BadEntry::Load))
+        match file
+            .and_then(|mut f| read_entry(&mut f, &key))
+            .and_then(|bytes| client.deserialize(&bytes).map_err(BadEntry::Load))
         {
             Ok(exe) => {
                 // Mark it recently used, for eviction (best effort).
@@ -357,13 +362,20 @@ impl DiskCache {
     }
 
     /// Writes `exe` (compiled from `program`) atomically; evicts old entries past the bound.
-    /// Failures only warn: the cache is an optimisation.
+    /// A failure warns once and turns writing off for the process: the cache is an
+    /// optimisation, and a read-only or full dir would fail every compile the same way.
     pub(crate) fn store(&self, exe: &Executable, program: &str, options: &[u8], what: &str) {
+        if self.writes_off.load(Ordering::Relaxed) {
+            return;
+        }
         if let Err(e) = self.try_store(exe, program, options) {
-            eprintln!(
-                "eager: warning: cannot write the compile cache entry for {what} in {}: {e}",
-                self.dir.display()
-            );
+            if !self.writes_off.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "eager: warning: cannot write to the compile cache in {} ({e}, writing the entry for {what}): \
+                     compiled programs are not stored for the rest of this process (entries there still load)",
+                    self.dir.display()
+                );
+            }
         }
     }
 
@@ -414,7 +426,19 @@ impl DiskCache {
 
 /// The file to set the modification time on (opened for writing, as `set_modified` needs).
 fn file_for_touch(path: &Path) -> std::io::Result<File> {
-    fs::OpenOptions::new().append(true).open(path)
+    open_regular(path, fs::OpenOptions::new().append(true))
+}
+
+/// Opens `path` as `options` say, only if it is a regular file: never through a symbolic
+/// link, and never blocking (a FIFO in an entry's or the log's place would hang the open, or
+/// the read, for good).
+fn open_regular(path: &Path, options: &mut fs::OpenOptions) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    Ok(file)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -520,6 +544,7 @@ mod tests {
             log: PathBuf::from("cache/used.log"),
             logged: Mutex::default(),
             warm: Warm::default(),
+            writes_off: AtomicBool::new(false),
         };
         let options = &crate::pjrt::compile_options(crate::pjrt::Tier::Optimized, None);
         let key = cache.key("module", options);

@@ -71,7 +71,7 @@ pub fn load_safetensors_on(path: impl AsRef<Path>, device: Device) -> Result<Vec
     let dtypes = views
         .iter()
         .map(|(name, view)| {
-            eager_dtype(view.dtype()).ok_or_else(|| {
+            let dtype = eager_dtype(view.dtype()).ok_or_else(|| {
                 format_error(
                     path,
                     format!(
@@ -80,7 +80,12 @@ pub fn load_safetensors_on(path: impl AsRef<Path>, device: Device) -> Result<Vec
                         DType::ALL.map(|d| safetensors_dtype(d).to_string()).join(", ")
                     ),
                 )
-            })
+            })?;
+            let spec = Spec::new(view.shape(), dtype);
+            if spec.checked_size().is_none() {
+                return Err(format_error(path, format!("tensor `{name}`: {}", crate::ops::too_large(&spec))));
+            }
+            Ok(dtype)
         })
         .collect::<Result<Vec<_>>>()?;
     views
@@ -262,9 +267,17 @@ fn parse_npy(file: &[u8]) -> std::result::Result<Npy<'_>, String> {
     } else {
         header.iter().map(|&b| b as char).collect()
     };
-    let dict = match PyLiteral::parse(&text).map_err(|e| format!("bad header {:?}: {e}", text.trim_end()))? {
+    // A hostile header can be long: errors quote its start.
+    let quoted = {
+        let t = text.trim_end();
+        match t.char_indices().nth(120) {
+            Some((at, _)) => format!("{:?}…", &t[..at]),
+            None => format!("{t:?}"),
+        }
+    };
+    let dict = match PyLiteral::parse(&text).map_err(|e| format!("bad header {quoted}: {e}"))? {
         PyLiteral::Dict(entries) => entries,
-        _ => return Err(format!("header {:?} is not a dict", text.trim_end())),
+        _ => return Err(format!("header {quoted} is not a dict")),
     };
     let (mut descr, mut fortran_order, mut shape) = (None, None, None);
     for (key, value) in dict {
@@ -294,10 +307,8 @@ fn parse_npy(file: &[u8]) -> std::result::Result<Npy<'_>, String> {
         other => return Err(format!("'shape' is {other}, not a tuple")),
     };
     let (dtype, big_endian) = parse_descr(&descr)?;
-    let size = shape
-        .iter()
-        .try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| format!("shape {shape:?} is too large"))?;
+    let spec = Spec::new(&shape, dtype);
+    let (_, size) = spec.checked_size().ok_or_else(|| crate::ops::too_large(&spec))?;
     let data = &file[header_end..];
     if data.len() != size {
         return Err(format!(
@@ -374,7 +385,7 @@ impl std::fmt::Display for PyLiteral {
 
 impl PyLiteral {
     fn parse(text: &str) -> std::result::Result<PyLiteral, String> {
-        let mut p = PyParser { chars: text.chars().collect(), pos: 0 };
+        let mut p = PyParser { chars: text.chars().collect(), pos: 0, depth: 0 };
         let value = p.value()?;
         p.skip_space();
         if p.pos != p.chars.len() {
@@ -387,7 +398,14 @@ impl PyLiteral {
 struct PyParser {
     chars: Vec<char>,
     pos: usize,
+    /// Containers open around the value being read (see [`MAX_NESTING`]).
+    depth: usize,
 }
+
+/// Containers a header may nest (NumPy writes a dict holding a tuple: 2). The parser
+/// recurses per level, so a hostile header of deep brackets must end here, not in a stack
+/// overflow.
+const MAX_NESTING: usize = 32;
 
 impl PyParser {
     fn skip_space(&mut self) {
@@ -413,6 +431,23 @@ impl PyParser {
     }
 
     fn value(&mut self) -> std::result::Result<PyLiteral, String> {
+        if matches!(self.peek(), Some('{' | '(' | '[')) {
+            if self.depth == MAX_NESTING {
+                return Err(format!(
+                    "containers nest deeper than {MAX_NESTING} levels at character {}",
+                    self.pos
+                ));
+            }
+            self.depth += 1;
+            let v = self.container();
+            self.depth -= 1;
+            return v;
+        }
+        self.scalar()
+    }
+
+    /// A dict, tuple or list (the next character opens it).
+    fn container(&mut self) -> std::result::Result<PyLiteral, String> {
         match self.peek() {
             Some('{') => {
                 self.pos += 1;
@@ -444,6 +479,13 @@ impl PyParser {
                 self.pos += 1;
                 Ok(if open == '(' { PyLiteral::Tuple(items) } else { PyLiteral::List(items) })
             }
+            _ => self.scalar(),
+        }
+    }
+
+    /// A string, integer or boolean.
+    fn scalar(&mut self) -> std::result::Result<PyLiteral, String> {
+        match self.peek() {
             Some(quote @ ('\'' | '"')) => {
                 self.pos += 1;
                 let mut s = String::new();

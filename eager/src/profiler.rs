@@ -319,9 +319,15 @@ pub(crate) fn profiler() -> &'static Profiler {
 /// Waits until every op dispatched so far has completed on its device (so that its device time
 /// is booked). `eager::synchronize` is this.
 pub fn wait_for_ops() {
+    wait_for_ops_until(None);
+}
+
+/// [`wait_for_ops`], giving up at `deadline`.
+pub(crate) fn wait_for_ops_until(deadline: impl Into<Option<std::time::Instant>>) {
+    let deadline = deadline.into();
     let p = profiler();
     let mut spins = 0u32;
-    while p.in_flight.load(Ordering::Acquire) != 0 {
+    while p.in_flight.load(Ordering::Acquire) != 0 && deadline.is_none_or(|d| std::time::Instant::now() < d) {
         spins += 1;
         if spins < 100 {
             std::thread::yield_now();

@@ -124,6 +124,7 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
     if let Some(r) = lock(&g.runtimes).get(&kind) {
         return Ok(r.clone());
     }
+    guard_exit();
     let explicit = lock(&g.plugin_paths).get(&kind).cloned();
     // XLA logs an INFO line per SPMD compile ("Using Shardy ..."): noise in a REPL. Warnings
     // and errors stay; a level the user set is kept.
@@ -602,6 +603,15 @@ impl Program {
                 p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
             options = pjrt::compile_options(tier, Some(&ids));
         }
+        if let Some(ty) = crate::ops::emit::oversized_array(&mlir) {
+            return Err(Error::shape(
+                info.name,
+                format!(
+                    "{} needs an array {ty}: more than XLA can size (at most 2^63 - 1 elements and bytes)",
+                    info.signature()
+                ),
+            ));
+        }
         Ok(Program { mlir, options, info })
     }
 
@@ -651,6 +661,14 @@ struct Promoter {
     closing: AtomicBool,
     /// Times the exit hook was registered.
     hooks: AtomicUsize,
+    /// The op whose optimized executable is being compiled or loaded now.
+    running: Mutex<Option<Arc<OpInfo>>>,
+}
+
+/// The op whose optimized executable the background thread compiles (or loads) now: its
+/// signature (`exp(f32[257, 129])`).
+pub fn background_compile() -> Option<String> {
+    lock(&PROMOTER.get().running).as_ref().map(|info| info.signature())
 }
 
 static PROMOTER: Shared<Promoter> = Shared::new("eager::runtime::Promoter", Promoter::default);
@@ -674,6 +692,53 @@ extern "C" fn finish_background_work_at_exit() {
     PROMOTER.get().closing.store(true, Ordering::Release);
     wait_for_promotions_until(Some(Instant::now() + Duration::from_secs(10)));
 }
+
+/// Stops the background work when the process exits, before anything of XLA's is destroyed.
+///
+/// glibc's `exit` first runs the exiting thread's thread-local destructors, and only then the
+/// `atexit` handlers and C++ static destructors (`__run_exit_handlers` calls
+/// `__call_tls_dtors` first). A guard in the main thread's thread-locals therefore runs before
+/// any of the plugin's statics go, however the process exits: `main` returning,
+/// `std::process::exit`, a test harness ending, a panic leaving `main`. (An `atexit` handler
+/// is no such guarantee: statics that XLA makes later, during a compile, are destroyed before
+/// it runs.)
+struct ExitGuard;
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        finish_background_work_at_exit();
+        // Ops still running on the device use XLA's thread pools too (bounded: a long op must
+        // not hold the exit for good).
+        crate::profiler::wait_for_ops_until(Instant::now() + Duration::from_secs(10));
+    }
+}
+
+thread_local! {
+    static EXIT_GUARD: ExitGuard = const { ExitGuard };
+}
+
+/// Places the exit guard in the main thread's thread-locals, once per process (every copy of
+/// this library in a REPL session shares one). On other threads it does nothing: their
+/// thread-locals die when the thread ends, which is no exit.
+fn guard_exit() {
+    static GUARDED: Shared<AtomicBool> = Shared::new("eager::runtime::ExitGuarded", AtomicBool::default);
+    // SAFETY: two syscalls with no arguments that only read the caller's ids.
+    let main_thread = unsafe { libc::syscall(libc::SYS_gettid) == libc::getpid() as libc::c_long };
+    if main_thread && !GUARDED.get().swap(true, Ordering::AcqRel) {
+        EXIT_GUARD.with(|_| ());
+    }
+}
+
+/// Runs [`guard_exit`] as the library is loaded, on the main thread (a test harness, for one,
+/// runs eager only on other threads and exits from the main one).
+#[used]
+#[link_section = ".init_array"]
+static GUARD_EXIT_AT_LOAD: extern "C" fn() = {
+    extern "C" fn guard_exit_at_load() {
+        guard_exit();
+    }
+    guard_exit_at_load
+};
 
 /// Registrations of [`finish_background_work_at_exit`] at most (later compiles rarely make new
 /// statics; each registration is one more handler run at exit).
@@ -707,8 +772,10 @@ fn promote(key: OpKey) {
                     let start = Instant::now();
                     let optimized = runtime(key.device.kind).ok().and_then(|rt| {
                         let program = Program::of(&rt, &key, Tier::Optimized).ok()?;
-                        let exe = program.load(&rt).or_else(|| program.compile(&rt).ok())?;
-                        Some(program.finish(exe))
+                        *lock(&p.running) = Some(program.info.clone());
+                        let exe = program.load(&rt).or_else(|| program.compile(&rt).ok());
+                        *lock(&p.running) = None;
+                        Some(program.finish(exe?))
                     });
                     cache().promote(&key, optimized, start.elapsed().as_nanos() as u64);
                     hook_exit();
@@ -1041,6 +1108,7 @@ fn launch_error(op: impl FnOnce() -> String, device: Device, bytes: usize, sourc
 
 /// Copies host bytes (dense, row-major, of `spec`) to `device`, recording the transfer.
 pub(crate) fn upload(bytes: &[u8], spec: &Spec, device: Device) -> Result<(pjrt::Buffer, Arc<Runtime>)> {
+    crate::ops::check_size("from_slice", spec)?;
     if bytes.len() != spec.size_in_bytes() {
         return Err(Error::shape(
             "from_slice",

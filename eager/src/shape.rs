@@ -27,6 +27,16 @@ impl Spec {
     pub fn size_in_bytes(&self) -> usize {
         self.numel() * self.dtype.size_in_bytes()
     }
+    /// Elements and bytes, or `None` when a dim, the element count or the byte size passes
+    /// what XLA can size (`i64::MAX`): such a shape must never reach a compile or a transfer,
+    /// where XLA throws (an abort, not an error). [`Spec::numel`] and
+    /// [`Spec::size_in_bytes`] are exact for every spec that passed this.
+    pub fn checked_size(&self) -> Option<(usize, usize)> {
+        const MAX: usize = i64::MAX as usize;
+        let n = self.shape.iter().try_fold(1usize, |n, &d| (d <= MAX).then(|| n.checked_mul(d)).flatten())?;
+        let bytes = n.checked_mul(self.dtype.size_in_bytes())?;
+        (bytes <= MAX).then_some((n, bytes))
+    }
     /// The StableHLO type, e.g. `tensor<2x3xf32>` or `tensor<f32>` for a scalar.
     pub fn mlir(&self) -> String {
         let mut s = String::from("tensor<");

@@ -92,7 +92,9 @@ impl OpDef for Eye {
         Ok(Spec::new(&[self.n, self.m], self.dtype))
     }
     fn emit(&self, e: &mut Emitter, _x: &[Value], out: &Spec) -> Value {
-        let idx = Spec::new(&[self.n, self.m], DType::I64);
+        // The smallest index type that counts the dims: the grid is as large as the result.
+        let wide = self.n.max(self.m) > i32::MAX as usize;
+        let idx = Spec::new(&[self.n, self.m], if wide { DType::I64 } else { DType::I32 });
         let rows = e.op("stablehlo.iota", &[], "iota_dimension = 0 : i64", &idx);
         let cols = e.op("stablehlo.iota", &[], "iota_dimension = 1 : i64", &idx);
         let diag = e.compare("EQ", &rows, &cols);
@@ -162,7 +164,15 @@ fn arange_len(start: f64, end: f64, step: f64) -> Result<usize> {
     if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
         return Err(Error::invalid("arange", format!("bad range {start}..{end} step {step}")));
     }
-    Ok(((end - start) / step).ceil().max(0.0) as usize)
+    let n = ((end - start) / step).ceil().max(0.0);
+    // Past 2^63 the count saturates or rounds: no XLA array holds that many anyway.
+    if n >= i64::MAX as f64 {
+        return Err(Error::invalid(
+            "arange",
+            format!("range {start}..{end} step {step} has {n:e} elements: more than an XLA array can hold (at most 2^63 - 1)"),
+        ));
+    }
+    Ok(n as usize)
 }
 
 #[cfg(test)]

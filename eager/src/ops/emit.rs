@@ -209,6 +209,37 @@ pub(crate) fn partitioned(
     )
 }
 
+/// The first array type of a module's text too large for XLA to size (more than `i64::MAX`
+/// elements or bytes), as written (`tensor<1073741824x1073741824xi64>`): the last guard before a
+/// compile, for intermediates no op's shape rule sees (an `eye`'s index grid, random bits).
+pub(crate) fn oversized_array(text: &str) -> Option<&str> {
+    let mut rest = text;
+    while let Some(at) = rest.find("tensor<") {
+        let ty = &rest[at..];
+        let end = ty.find('>').map_or(ty.len(), |e| e + 1);
+        let (whole, inner) = (&ty[..end], ty[7..end].trim_end_matches('>'));
+        rest = &ty[end..];
+        let mut parts: Vec<&str> = inner.split('x').collect();
+        let element = parts.pop().unwrap_or("");
+        let bytes = match element {
+            "i1" | "i8" | "ui8" => 1u128,
+            "f16" | "bf16" | "i16" | "ui16" => 2,
+            "f32" | "i32" | "ui32" => 4,
+            _ => 8,
+        };
+        let fits = |n: u128| n <= i64::MAX as u128;
+        let dim = |d: &&str| d.parse::<u128>().ok().filter(|&d| fits(d));
+        let size = parts.iter().try_fold(1u128, |n, d| n.checked_mul(dim(d)?));
+        match size {
+            Some(n) if fits(n) && n.checked_mul(bytes).is_some_and(fits) => {}
+            // Not a static shape (none is emitted): left to XLA.
+            None if parts.iter().any(|d| d.parse::<u128>().is_err()) => {}
+            _ => return Some(whole),
+        }
+    }
+    None
+}
+
 pub(crate) fn list(items: impl IntoIterator<Item = usize>) -> String {
     items.into_iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
 }
@@ -248,6 +279,20 @@ pub(crate) fn accumulator(d: DType) -> DType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrays_past_what_xla_sizes_are_found_in_the_text() {
+        let ok = "%0 = \"stablehlo.iota\"() : () -> tensor<1073741824x2xi64>";
+        assert_eq!(oversized_array(ok), None);
+        // 2^30 x 2^30 i64 is 2^63 bytes: one past i64::MAX.
+        let eye = "(tensor<f32>) -> tensor<1073741824x1073741824xi64>";
+        assert_eq!(oversized_array(eye), Some("tensor<1073741824x1073741824xi64>"));
+        assert_eq!(oversized_array("tensor<1073741824x1073741824xi1>"), None);
+        let wrapped = "tensor<0x18446744073709551615xf32>";
+        assert_eq!(oversized_array(wrapped), Some(wrapped));
+        assert!(oversized_array("tensor<18446744073709551615x18446744073709551615xf32>").is_some());
+        assert_eq!(oversized_array("tensor<?x3xf32>"), None);
+    }
 
     #[test]
     fn literals_are_exact_bit_patterns() {

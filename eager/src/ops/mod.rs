@@ -148,9 +148,12 @@ macro_rules! ops {
             pub fn attrs(&self) -> String {
                 match self { $(Op::$variant(o) => o.attrs(),)* }
             }
-            /// The shape/dtype rule (see [`OpDef::infer`]).
+            /// The shape/dtype rule (see [`OpDef::infer`]), and the result's size checked
+            /// against what XLA can size (see [`check_size`]).
             pub fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
-                match self { $(Op::$variant(o) => o.infer(inputs),)* }
+                let out = match self { $(Op::$variant(o) => o.infer(inputs),)* }?;
+                check_size(self.name(), &out)?;
+                Ok(out)
             }
             pub(crate) fn emit(&self, e: &mut Emitter, x: &[Value], out: &Spec) -> Value {
                 match self { $(Op::$variant(o) => o.emit(e, x, out),)* }
@@ -331,6 +334,31 @@ pub(crate) fn same_dtype(op: &'static str, a: &Spec, b: &Spec) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `spec` as a result of `op`, or a shape error when it is too large for XLA to size: a dim,
+/// the element count or the byte size past `i64::MAX` (XLA throws on those inside a compile,
+/// which aborts the process). A dim made by a `usize` subtraction that wrapped lands here.
+pub(crate) fn check_size(op: &'static str, spec: &Spec) -> Result<()> {
+    if spec.checked_size().is_some() {
+        return Ok(());
+    }
+    Err(Error::shape(op, too_large(spec)))
+}
+
+/// Why `spec` is too large (see [`check_size`]), with its size as far as it can be counted.
+pub(crate) fn too_large(spec: &Spec) -> String {
+    if let Some(d) = spec.shape.iter().find(|&&d| d > i64::MAX as usize) {
+        return format!(
+            "{spec} is too large: a dim of {d} is past what XLA allows (at most 2^63 - 1); a dim this large is usually a usize subtraction that wrapped"
+        );
+    }
+    let elements = spec.shape.iter().try_fold(1u128, |n, &d| n.checked_mul(d as u128));
+    let size = match elements.and_then(|n| n.checked_mul(spec.dtype.size_in_bytes() as u128)) {
+        Some(bytes) => format!("{bytes} bytes"),
+        None => "more than 2^128 bytes".to_string(),
+    };
+    format!("{spec} is too large: it would hold {size}, more than an XLA array can (at most 2^63 - 1 elements and bytes)")
 }
 
 /// The NumPy broadcast of two shapes, or a shape error naming `op`.

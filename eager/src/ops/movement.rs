@@ -46,7 +46,10 @@ impl OpDef for Reshape {
     fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
         let name = self.name();
         check_arity(name, inputs, 1)?;
-        let n: usize = self.shape.iter().product();
+        let to = Spec { shape: self.shape.clone(), dtype: inputs[0].dtype };
+        let Some((n, _)) = to.checked_size() else {
+            return Err(Error::shape(name, super::too_large(&to)));
+        };
         if n != inputs[0].numel() {
             let (from, to) = (inputs[0].shape.as_slice(), self.shape.as_slice());
             let msg =
@@ -320,7 +323,13 @@ fn infer_shape(shape: &[isize], numel: usize) -> Result<Shape> {
             format!("bad shape {shape:?} (one dim may be -1, none other negative)"),
         ));
     }
-    let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let known = shape.iter().filter(|&&d| d >= 0).try_fold(1usize, |n, &d| n.checked_mul(d as usize));
+    let Some(known) = known else {
+        return Err(Error::shape(
+            "reshape",
+            format!("shape {shape:?} has more elements than an XLA array can hold"),
+        ));
+    };
     let mut out: Shape = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(&i) = unknown.first() {
         if known == 0 || !numel.is_multiple_of(known) {

@@ -15,9 +15,18 @@ pub(crate) static TARGET: Target = Target {
     start_timeout: Duration::from_secs(300),
 };
 
-/// `EAGER_CPU_DEVICES` sets how many CPU devices the client shows (the plugin's default is 4).
+/// Most CPU devices a client is asked for: the plugin makes each device's state up front, and
+/// a count in the hundred thousands keeps `PJRT_Client_Create` busy for minutes.
+const MAX_CPU_DEVICES: i64 = 256;
+
+/// `EAGER_CPU_DEVICES` sets how many CPU devices the client shows (the plugin's default is 4;
+/// at most [`MAX_CPU_DEVICES`]).
 fn client_options() -> Vec<(&'static str, OptionValue)> {
     match std::env::var("EAGER_CPU_DEVICES").ok().and_then(|v| v.parse::<i64>().ok()) {
+        Some(n) if n > MAX_CPU_DEVICES => {
+            eprintln!("eager: warning: EAGER_CPU_DEVICES={n} is more than {MAX_CPU_DEVICES}; using {MAX_CPU_DEVICES}");
+            vec![("cpu_device_count", OptionValue::Int(MAX_CPU_DEVICES))]
+        }
         Some(n) if n > 0 => vec![("cpu_device_count", OptionValue::Int(n))],
         _ => vec![],
     }

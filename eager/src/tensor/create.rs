@@ -19,14 +19,17 @@ impl Tensor {
     }
 
     pub fn from_slice_on<T: Element>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
+        let spec = Spec::new(shape, T::DTYPE);
+        let Some((n, _)) = spec.checked_size() else {
+            return Err(Error::shape("from_slice", crate::ops::too_large(&spec)));
+        };
         if n != data.len() {
             return Err(Error::shape(
                 "from_slice",
                 format!("{} values do not fill shape {shape:?} ({n} elements)", data.len()),
             ));
         }
-        let t = super::dispatch::upload(as_bytes(data), Spec::new(shape, T::DTYPE), device)?;
+        let t = super::dispatch::upload(as_bytes(data), spec, device)?;
         Ok(t.with_host_bounds(int_bounds(as_bytes(data), T::DTYPE)))
     }
 
