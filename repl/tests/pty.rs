@@ -12,7 +12,8 @@ use expectrl::{ControlCode, Eof, Regex, Session};
 static ONE_SESSION_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const PROMPT: &str = ">> ";
-/// The first session of a fresh machine builds eager and its dependencies into evcxr.
+/// The first session of a fresh machine builds eager and its dependencies into evcxr: the prompt
+/// comes at once, and the first cell waits for that build.
 const FIRST_START: Duration = Duration::from_secs(1200);
 const CELL: Duration = Duration::from_secs(120);
 
@@ -45,13 +46,13 @@ fn a_session_in_a_terminal() {
     p.set_expect_timeout(Some(FIRST_START));
     p.expect(PROMPT).expect("the first prompt");
     let started = t.elapsed();
-    p.set_expect_timeout(Some(CELL));
 
     // A tensor computed on the device, shown with its values.
     let t = Instant::now();
     // (Needles are chosen so that the terminal's echo of the input cannot match them.)
     cell(&mut p, "let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3])?; a.dtype()", "F32");
     let first_cell = t.elapsed();
+    p.set_expect_timeout(Some(CELL));
     cell(
         &mut p,
         "(&a * 2.0).exp()",
