@@ -104,10 +104,11 @@ impl Linear {
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // x wᵀ as one op: the weight is read transposed, not transposed first.
-        let y = x.matmul_transposed(&self.weight.get(), false, true)?;
+        let weighted = || x.matmul_transposed(&self.weight.get(), false, true);
         match &self.bias {
-            Some(b) => y.add(&b.get()),
-            None => Ok(y),
+            // torch's F.linear: one op, the bias added in the same program.
+            Some(b) => crate::compile::fused_op("linear", || weighted()?.add(&b.get())),
+            None => weighted(),
         }
     }
 
@@ -304,12 +305,14 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mean = x.mean(&[-1], true)?;
-        let centered = x.sub(&mean)?;
-        // Biased variance, as torch's layer_norm.
-        let var = centered.mul(&centered)?.mean(&[-1], true)?;
-        let normed = centered.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
-        normed.mul(&self.weight.get())?.add(&self.bias.get())
+        crate::compile::fused_op("layer_norm", || {
+            let mean = x.mean(&[-1], true)?;
+            let centered = x.sub(&mean)?;
+            // Biased variance, as torch's layer_norm.
+            let var = centered.mul(&centered)?.mean(&[-1], true)?;
+            let normed = centered.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
+            normed.mul(&self.weight.get())?.add(&self.bias.get())
+        })
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
@@ -525,8 +528,10 @@ impl MultiheadAttention {
     /// Self-attention of `x` `[B, T, dim]`; `mask` (bool, broadcast to `[B, heads, T, T]`)
     /// is true where a query may attend, on top of the causal rule if set.
     pub fn attend(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let [q, k, v] = self.project(x)?;
-        self.merge(&q.scaled_dot_product_attention(&k, &v, mask, self.causal)?)
+        crate::compile::fused_op("attention", || {
+            let [q, k, v] = self.project(x)?;
+            self.merge(&q.scaled_dot_product_attention(&k, &v, mask, self.causal)?)
+        })
     }
 
     /// An empty key/value cache for decoding `batch` sequences of up to `capacity` positions.
@@ -673,14 +678,18 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
 /// GELU, tanh approximation (torch's `approximate="tanh"`):
 /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
-    let k = (2.0 / std::f64::consts::PI).sqrt();
-    let inner = x.add(&x.mul(x)?.mul(x)?.mul_scalar(0.044715)?)?.mul_scalar(k)?;
-    x.mul(&inner.tanh()?.add_scalar(1.0)?)?.mul_scalar(0.5)
+    crate::compile::fused_op("gelu", || {
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let inner = x.add(&x.mul(x)?.mul(x)?.mul_scalar(0.044715)?)?.mul_scalar(k)?;
+        x.mul(&inner.tanh()?.add_scalar(1.0)?)?.mul_scalar(0.5)
+    })
 }
 
 /// GELU, exact (torch's default `F.gelu`): `0.5 x (1 + erf(x / √2))`.
 pub fn gelu_exact(x: &Tensor) -> Result<Tensor> {
-    x.mul(&x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?)?.mul_scalar(0.5)
+    crate::compile::fused_op("gelu", || {
+        x.mul(&x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?)?.mul_scalar(0.5)
+    })
 }
 
 /// The activations as layers, for [`Sequential`].
@@ -796,15 +805,19 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
             return Err(Error::invalid("cross_entropy", msg));
         }
     }
-    // Targets split over a mesh (a data-parallel batch) compare with the classes everywhere.
-    let positions =
-        crate::ops::create::CreateOps::arange_at(targets, 0.0, classes as f64, 1.0, targets.dtype())?;
-    let onehot = targets.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(logits.dtype())?;
-    logits.log_softmax(1)?.mul(&onehot)?.sum(&[1], false)?.mean_all()?.neg()
+    crate::compile::fused_op("cross_entropy", || {
+        // Targets split over a mesh (a data-parallel batch) compare with the classes everywhere.
+        let positions =
+            crate::ops::create::CreateOps::arange_at(targets, 0.0, classes as f64, 1.0, targets.dtype())?;
+        let onehot = targets.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(logits.dtype())?;
+        logits.log_softmax(1)?.mul(&onehot)?.sum(&[1], false)?.mean_all()?.neg()
+    })
 }
 
 /// Mean squared error.
 pub fn mse(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
-    let d = prediction.sub(target)?;
-    d.mul(&d)?.mean_all()
+    crate::compile::fused_op("mse", || {
+        let d = prediction.sub(target)?;
+        d.mul(&d)?.mean_all()
+    })
 }
