@@ -23,6 +23,11 @@ pub fn gelu_exact(x: &Tensor) -> Result<Tensor> {
     x.mul(&x.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?)?.mul_scalar(0.5)
 }
 
+/// SiLU (swish), `x * sigmoid(x)` (torch's `F.silu`; Llama's MLP activation).
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    x.silu()
+}
+
 /// The activations as layers, for [`Sequential`].
 pub struct Relu;
 pub struct Gelu;

@@ -14,13 +14,16 @@ mod container;
 mod conv;
 mod dropout;
 mod embedding;
+mod gqa;
 mod linear;
 mod loss;
 mod norm;
 mod pool;
+mod rotary;
+mod sdpa;
 mod transformer;
 
-pub use activation::{gelu, gelu_exact, relu, Gelu, Relu};
+pub use activation::{gelu, gelu_exact, relu, silu, Gelu, Relu};
 pub use attention::{KvCache, MultiheadAttention};
 pub use container::{Flatten, Sequential};
 pub use conv::Conv2d;
@@ -28,8 +31,11 @@ pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use loss::{cross_entropy, mse};
-pub use norm::{batch_norm, BatchNorm2d, LayerNorm};
+pub use gqa::{GroupedQueryAttention, StaticKvCache, SwiGlu};
+pub use norm::{batch_norm, layer_norm, rms_norm, BatchNorm2d, LayerNorm, RmsNorm};
 pub use pool::{AvgPool2d, MaxPool2d};
+pub use rotary::{apply_rotary, rotate_half, RopeScaling, RotaryEmbedding};
+pub use sdpa::{repeat_kv, scaled_dot_product_attention, AttentionOptions};
 pub use transformer::TransformerBlock;
 
 /// A layer or a model: a forward function and the parameters it trains.

@@ -1,5 +1,5 @@
-//! Normalisation layers and functions: layer norm and batch norm (torch's `nn.LayerNorm`,
-//! `F.batch_norm`, `nn.BatchNorm2d`).
+//! Normalisation layers and functions: layer norm, RMS norm and batch norm (torch's
+//! `nn.LayerNorm`, `F.layer_norm`, `nn.RMSNorm`, `F.batch_norm`, `nn.BatchNorm2d`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,16 +28,96 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mean = x.mean(&[-1], true)?;
-        let centered = x.sub(&mean)?;
-        // Biased variance, as torch's layer_norm.
-        let var = centered.mul(&centered)?.mean(&[-1], true)?;
-        let normed = centered.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
-        normed.mul(&self.weight.get())?.add(&self.bias.get())
+        let (w, b) = (self.weight.get(), self.bias.get());
+        layer_norm(x, &[w.shape()[0]], Some(&w), Some(&b), self.eps)
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
         vec![("weight".to_string(), self.weight.clone()), ("bias".to_string(), self.bias.clone())]
+    }
+}
+
+/// Layer normalisation over the trailing dims `shape` (torch's `F.layer_norm(x, shape, weight,
+/// bias, eps)`): mean 0 and biased variance 1, then `weight` scales and `bias` shifts. Half
+/// precision inputs are normalised in f32 and the result cast back, as torch computes it.
+pub fn layer_norm(
+    x: &Tensor,
+    shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    let rank = x.rank();
+    let fits = !shape.is_empty() && shape.len() <= rank && x.shape()[rank - shape.len()..] == *shape;
+    let param_ok = |p: Option<&Tensor>| p.is_none_or(|p| p.shape() == shape);
+    if !fits || !x.dtype().is_float() || !param_ok(weight) || !param_ok(bias) {
+        let describe = |p: Option<&Tensor>| p.map_or("none".to_string(), |p| p.spec().to_string());
+        let msg = format!(
+            "needs a float input ending in {shape:?} and weight and bias of that shape, got {}, {} and {}",
+            x.spec(),
+            describe(weight),
+            describe(bias)
+        );
+        return Err(Error::shape("layer_norm", msg));
+    }
+    let dtype = x.dtype();
+    let x32 = upcast(x)?;
+    let over: Vec<isize> = (rank - shape.len()..rank).map(|d| d as isize).collect();
+    let centered = x32.sub(&x32.mean(&over, true)?)?;
+    let var = centered.square()?.mean(&over, true)?;
+    let mut y = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+    if let Some(w) = weight {
+        y = y.mul(&upcast(w)?)?;
+    }
+    if let Some(b) = bias {
+        y = y.add(&upcast(b)?)?;
+    }
+    y.to_dtype(dtype)
+}
+
+/// Root-mean-square normalisation over the last dim, then `weight` scales (Llama's
+/// `LlamaRMSNorm`, torch's `F.rms_norm`): half precision is normalised in f32, cast back, and
+/// then scaled in its own dtype, as transformers does it.
+pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    let dim = x.shape().last().copied().unwrap_or(0);
+    if let Some(w) = weight.filter(|w| w.shape() != [dim]) {
+        let msg = format!("the weight must be [{dim}] for input {}, got {}", x.spec(), w.spec());
+        return Err(Error::shape("rms_norm", msg));
+    }
+    let y = upcast(x)?.rms_norm(1, eps)?.to_dtype(x.dtype())?;
+    match weight {
+        Some(w) => y.mul(&w.to_dtype(x.dtype())?),
+        None => Ok(y),
+    }
+}
+
+/// f32 for f16 and bf16 (their statistics lose too much), the tensor itself otherwise.
+fn upcast(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() {
+        DType::BF16 | DType::F16 => x.to_dtype(DType::F32),
+        _ => Ok(x.clone()),
+    }
+}
+
+/// Root-mean-square normalisation with a learned scale (ones), as Llama's `LlamaRMSNorm`.
+pub struct RmsNorm {
+    pub weight: Var,
+    pub eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(dim: usize, eps: f64, dtype: DType) -> Result<RmsNorm> {
+        Ok(RmsNorm { weight: Var::parameter("weight", Tensor::ones(&[dim], dtype)?)?, eps })
+    }
+}
+
+impl Module for RmsNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        rms_norm(x, Some(&self.weight.get()), self.eps)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        vec![("weight".to_string(), self.weight.clone())]
     }
 }
 
