@@ -35,7 +35,9 @@ fn main() -> anyhow::Result<()> {
                     other => bail!("--dtype {other}: use f32, bf16 or f16"),
                 })
             }
-            "--device" => device = value()?.parse::<Device>().map_err(|e| anyhow::anyhow!("--device: {e}"))?,
+            "--device" => {
+                device = value()?.parse::<Device>().map_err(|e| anyhow::anyhow!("--device: {e}"))?
+            }
             "--logits-out" => logits_out = Some(value()?),
             "--tokens-out" => tokens_out = Some(value()?),
             "--mode" => {
@@ -53,14 +55,20 @@ fn main() -> anyhow::Result<()> {
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
     }
-    let (Some(dir), Some(prompt)) = (model, prompt) else { bail!("--model and --prompt are required\n{USAGE}") };
+    let (Some(dir), Some(prompt)) = (model, prompt) else {
+        bail!("--model and --prompt are required\n{USAGE}")
+    };
     eager::set_default_device(device);
     let model = AutoModel::from_dir(&dir, device, dtype).with_context(|| format!("loading {dir}"))?;
     let lm = model.causal_lm()?;
     let tok = Tokenizer::from_dir(&dir)?;
     let ids = tok.encode(&prompt, true)?;
     if let Some(path) = logits_out {
-        let t = eager::Tensor::from_slice_on(&ids.iter().map(|&i| i as i64).collect::<Vec<_>>(), &[1, ids.len()], device)?;
+        let t = eager::Tensor::from_slice_on(
+            &ids.iter().map(|&i| i as i64).collect::<Vec<_>>(),
+            &[1, ids.len()],
+            device,
+        )?;
         let logits = lm.logits(&t, None)?.squeeze(0)?.to_dtype(DType::F32)?;
         eager::io::save_npy(&path, &logits)?;
     }

@@ -44,7 +44,9 @@ impl AutoModel {
         let weights = Weights::open(dir)?;
         let dtype = dtype.or_else(|| weights.float_dtype()).or(config.dtype).unwrap_or(DType::F32);
         if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16 | DType::F64) {
-            return Err(ModelError::Unsupported(format!("loading a model as {dtype} (f32, bf16, f16 or f64)")));
+            return Err(ModelError::Unsupported(format!(
+                "loading a model as {dtype} (f32, bf16, f16 or f64)"
+            )));
         }
         Ok(match config.model_type.as_str() {
             "gpt2" => AutoModel::Gpt2(Gpt2::load(&config, &weights, dtype, device)?),
@@ -66,7 +68,9 @@ impl AutoModel {
         match self {
             AutoModel::Gpt2(m) => Ok(m),
             AutoModel::Llama(m) => Ok(m),
-            AutoModel::Bert(_) => Err(ModelError::Unsupported("BERT is an encoder: it does not generate".into())),
+            AutoModel::Bert(_) => {
+                Err(ModelError::Unsupported("BERT is an encoder: it does not generate".into()))
+            }
         }
     }
 

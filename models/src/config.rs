@@ -60,14 +60,18 @@ impl Config {
         let uint = |names: &[&str]| -> std::result::Result<Option<usize>, String> {
             match get(names) {
                 None => Ok(None),
-                Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| format!("`{}` must be a whole number, got {v}", names[0])),
+                Some(v) => v
+                    .as_u64()
+                    .map(|n| Some(n as usize))
+                    .ok_or_else(|| format!("`{}` must be a whole number, got {v}", names[0])),
             }
         };
         let need = |names: &[&str]| -> std::result::Result<usize, String> {
             uint(names)?.ok_or_else(|| format!("`{}` is missing", names[0]))
         };
         let float = |names: &[&str], default: f64| get(names).and_then(Value::as_f64).unwrap_or(default);
-        let model_type = get(&["model_type"]).and_then(Value::as_str).ok_or("`model_type` is missing")?.to_string();
+        let model_type =
+            get(&["model_type"]).and_then(Value::as_str).ok_or("`model_type` is missing")?.to_string();
         let architectures = get(&["architectures"])
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
@@ -111,14 +115,20 @@ impl Config {
             head_dim,
             intermediate_size: intermediate,
             max_position_embeddings: uint(&["max_position_embeddings", "n_positions"])?.unwrap_or(2048),
-            norm_eps: float(&["rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"], if gpt2 { 1e-5 } else { 1e-6 }),
+            norm_eps: float(
+                &["rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"],
+                if gpt2 { 1e-5 } else { 1e-6 },
+            ),
             rope_theta,
             rope_scaling,
             tie_word_embeddings: get(&["tie_word_embeddings"]).and_then(Value::as_bool).unwrap_or(gpt2),
             qkv_bias: model_type == "qwen2" || attention_bias,
             o_bias: attention_bias,
             mlp_bias: get(&["mlp_bias"]).and_then(Value::as_bool).unwrap_or(false),
-            hidden_act: get(&["hidden_act", "activation_function"]).and_then(Value::as_str).unwrap_or("silu").to_string(),
+            hidden_act: get(&["hidden_act", "activation_function"])
+                .and_then(Value::as_str)
+                .unwrap_or("silu")
+                .to_string(),
             type_vocab_size: uint(&["type_vocab_size"])?.unwrap_or(2),
             dtype,
             bos_token_id: get(&["bos_token_id"]).and_then(Value::as_u64).map(|n| n as u32),
@@ -135,7 +145,8 @@ impl Config {
 fn parse_rope_scaling(v: Option<&Value>) -> std::result::Result<RopeScaling, String> {
     let Some(v) = v.filter(|v| v.is_object()) else { return Ok(RopeScaling::Default) };
     let kind = v.get("rope_type").or_else(|| v.get("type")).and_then(Value::as_str).unwrap_or("default");
-    let num = |k: &str| v.get(k).and_then(Value::as_f64).ok_or_else(|| format!("rope type `{kind}` needs `{k}`"));
+    let num =
+        |k: &str| v.get(k).and_then(Value::as_f64).ok_or_else(|| format!("rope type `{kind}` needs `{k}`"));
     match kind {
         "default" => Ok(RopeScaling::Default),
         "linear" => Ok(RopeScaling::Linear { factor: num("factor")? }),

@@ -23,7 +23,13 @@ pub trait CausalLm {
     /// One static cache per layer, for `batch` sequences of up to `capacity` positions.
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>>;
 
-    fn step(&self, ids: &Tensor, positions: &Tensor, mask: &Tensor, cache: Option<(&mut [StaticKvCache], &Tensor)>) -> Result<Tensor>;
+    fn step(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut [StaticKvCache], &Tensor)>,
+    ) -> Result<Tensor>;
 
     /// Logits `[B, T, vocab]` of the whole sequence `ids` `[B, T]` (transformers'
     /// `model(ids).logits`); `attention_mask` `[B, T]` (1 for tokens, 0 for padding) as
@@ -41,7 +47,9 @@ pub trait CausalLm {
             }
             None => (
                 Tensor::full_on(&[b, t], 1.0, DType::Bool, ids.device())?,
-                Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, ids.device())?.unsqueeze(0)?.broadcast_to(&[b, t])?,
+                Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, ids.device())?
+                    .unsqueeze(0)?
+                    .broadcast_to(&[b, t])?,
             ),
         };
         let start = Tensor::from_slice_on(&[0i64], &[], ids.device())?;
@@ -56,7 +64,9 @@ pub fn step_mask(key_valid: &Tensor, start: &Tensor, t: usize) -> Result<Tensor>
     let (b, s) = (key_valid.shape()[0] as isize, key_valid.shape()[1]);
     let dev = key_valid.device();
     let slots = Tensor::arange_on(0.0, s as f64, 1.0, DType::I64, dev)?.reshape(&[1, 1, 1, -1])?;
-    let queries = Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, dev)?.add(&start.reshape(&[1])?)?.reshape(&[1, 1, -1, 1])?;
+    let queries = Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, dev)?
+        .add(&start.reshape(&[1])?)?
+        .reshape(&[1, 1, -1, 1])?;
     let causal = slots.le(&queries)?;
     let valid = key_valid.reshape(&[b, 1, 1, s as isize])?;
     Ok(causal.where_cond(&valid, &causal)?) // causal and valid
@@ -131,8 +141,14 @@ pub fn generate(
     if !opts.stop_strings.is_empty() && tokenizer.is_none() {
         return Err(ModelError::Generate("stop strings need a tokenizer".into()));
     }
-    if opts.temperature < 0.0 || opts.temperature.is_nan() || opts.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
-        return Err(ModelError::Generate(format!("needs temperature >= 0 and top_p in (0, 1], got {} and {:?}", opts.temperature, opts.top_p)));
+    if opts.temperature < 0.0
+        || opts.temperature.is_nan()
+        || opts.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0))
+    {
+        return Err(ModelError::Generate(format!(
+            "needs temperature >= 0 and top_p in (0, 1], got {} and {:?}",
+            opts.temperature, opts.top_p
+        )));
     }
     let _no_grad = eager::NoGradGuard::new();
     let (b, t) = (prompts.len(), prompts.iter().map(Vec::len).max().unwrap_or(0));
@@ -162,9 +178,13 @@ pub fn generate(
     let mut next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
     let compiled = eager::compile("decode_step", |args: &[Tensor]| -> eager::Result<Vec<Tensor>> {
         let [ids, pos, start, mask] = [&args[0], &args[1], &args[2], &args[3]];
-        let mut c: Vec<StaticKvCache> =
-            args[4..].chunks(2).map(|kv| StaticKvCache::from_parts(kv[0].clone(), kv[1].clone())).collect::<eager::Result<_>>()?;
-        let logits = model.step(ids, pos, mask, Some((&mut c, start))).map_err(|e| crate::to_eager("decode_step", e))?;
+        let mut c: Vec<StaticKvCache> = args[4..]
+            .chunks(2)
+            .map(|kv| StaticKvCache::from_parts(kv[0].clone(), kv[1].clone()))
+            .collect::<eager::Result<_>>()?;
+        let logits = model
+            .step(ids, pos, mask, Some((&mut c, start)))
+            .map_err(|e| crate::to_eager("decode_step", e))?;
         let mut outs = vec![logits];
         outs.extend(c.into_iter().flat_map(|c| [c.keys, c.values]));
         Ok(outs)
@@ -203,16 +223,24 @@ pub fn generate(
         let logits = match opts.mode {
             DecodeMode::Eager => model.step(&ids_t, &pos_t, &mask, Some((&mut cache, &start)))?,
             DecodeMode::Fused => eager::fused(|| {
-                model.step(&ids_t, &pos_t, &mask, Some((&mut cache, &start))).map_err(|e| crate::to_eager("decode_step", e))
+                model
+                    .step(&ids_t, &pos_t, &mask, Some((&mut cache, &start)))
+                    .map_err(|e| crate::to_eager("decode_step", e))
             })?,
             DecodeMode::Compiled => {
                 let mut args: Vec<&Tensor> = vec![&ids_t, &pos_t, &start, &mask];
                 args.extend(cache.iter().flat_map(|c| [&c.keys, &c.values]));
                 let mut outs = compiled.call(&args)?.into_iter();
-                let logits = outs.next().ok_or_else(|| ModelError::Generate("the compiled step returned nothing".into()))?;
+                let logits = outs
+                    .next()
+                    .ok_or_else(|| ModelError::Generate("the compiled step returned nothing".into()))?;
                 for c in cache.iter_mut() {
-                    c.keys = outs.next().ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
-                    c.values = outs.next().ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
+                    c.keys = outs
+                        .next()
+                        .ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
+                    c.values = outs
+                        .next()
+                        .ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
                 }
                 logits
             }

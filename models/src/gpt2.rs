@@ -3,7 +3,10 @@
 //! output head tied to the token embedding. Checkpoints name tensors `transformer.h.0.…`
 //! (saved by `GPT2LMHeadModel`) or `h.0.…` (the original `gpt2` on the Hub): both load.
 
-use eager::nn::{gelu, layer_norm, scaled_dot_product_attention, AttentionOptions, Embedding, LayerNorm, Module, StaticKvCache};
+use eager::nn::{
+    gelu, layer_norm, scaled_dot_product_attention, AttentionOptions, Embedding, LayerNorm, Module,
+    StaticKvCache,
+};
 use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
@@ -54,19 +57,33 @@ pub struct Gpt2 {
 impl Gpt2 {
     pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Gpt2> {
         if !matches!(cfg.hidden_act.as_str(), "gelu_new" | "gelu_pytorch_tanh") {
-            return Err(ModelError::Unsupported(format!("GPT-2 activation `{}` (only gelu_new)", cfg.hidden_act)));
+            return Err(ModelError::Unsupported(format!(
+                "GPT-2 activation `{}` (only gelu_new)",
+                cfg.hidden_act
+            )));
         }
-        let prefix = if w.contains("wte.weight") && !w.contains("transformer.wte.weight") { "" } else { "transformer." };
+        let prefix = if w.contains("wte.weight") && !w.contains("transformer.wte.weight") {
+            ""
+        } else {
+            "transformer."
+        };
         let (d, inner) = (cfg.hidden_size, cfg.intermediate_size);
         let param = |name: &str, shape: &[usize]| -> Result<Var> {
             let full = format!("{prefix}{name}");
             Ok(Var::parameter(name.rsplit('.').next().unwrap_or(name), w.get(&full, shape, dtype, device)?)?)
         };
         let conv = |name: &str, inp: usize, out: usize| -> Result<Conv1D> {
-            Ok(Conv1D { weight: param(&format!("{name}.weight"), &[inp, out])?, bias: param(&format!("{name}.bias"), &[out])? })
+            Ok(Conv1D {
+                weight: param(&format!("{name}.weight"), &[inp, out])?,
+                bias: param(&format!("{name}.bias"), &[out])?,
+            })
         };
         let ln = |name: &str| -> Result<LayerNorm> {
-            Ok(LayerNorm { weight: param(&format!("{name}.weight"), &[d])?, bias: param(&format!("{name}.bias"), &[d])?, eps: cfg.norm_eps })
+            Ok(LayerNorm {
+                weight: param(&format!("{name}.weight"), &[d])?,
+                bias: param(&format!("{name}.bias"), &[d])?,
+                eps: cfg.norm_eps,
+            })
         };
         let h = (0..cfg.num_hidden_layers)
             .map(|l| {
@@ -104,10 +121,18 @@ impl CausalLm for Gpt2 {
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>> {
         let (heads, dim) = (self.heads(), self.config.hidden_size / self.heads());
         let dev = self.wte.weight.get().device();
-        Ok((0..self.h.len()).map(|_| StaticKvCache::new(batch, heads, capacity, dim, self.dtype, dev)).collect::<eager::Result<_>>()?)
+        Ok((0..self.h.len())
+            .map(|_| StaticKvCache::new(batch, heads, capacity, dim, self.dtype, dev))
+            .collect::<eager::Result<_>>()?)
     }
 
-    fn step(&self, ids: &Tensor, positions: &Tensor, mask: &Tensor, mut cache: Option<(&mut [StaticKvCache], &Tensor)>) -> Result<Tensor> {
+    fn step(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        mut cache: Option<(&mut [StaticKvCache], &Tensor)>,
+    ) -> Result<Tensor> {
         let mut x = self.wte.lookup(ids)?.add(&self.wpe.lookup(positions)?)?;
         let (b, t) = (ids.shape()[0] as isize, ids.shape()[1] as isize);
         let (heads, d) = (self.heads(), self.config.hidden_size);
@@ -120,16 +145,27 @@ impl CausalLm for Gpt2 {
             let a = match cache.as_mut() {
                 Some((c, start)) => {
                     c[i].write(&k, &v, start)?;
-                    scaled_dot_product_attention(&q, &c[i].keys, &c[i].values, AttentionOptions { mask: Some(mask), ..Default::default() })?
+                    scaled_dot_product_attention(
+                        &q,
+                        &c[i].keys,
+                        &c[i].values,
+                        AttentionOptions { mask: Some(mask), ..Default::default() },
+                    )?
                 }
-                None => scaled_dot_product_attention(&q, &k, &v, AttentionOptions { mask: Some(mask), causal: true, ..Default::default() })?,
+                None => scaled_dot_product_attention(
+                    &q,
+                    &k,
+                    &v,
+                    AttentionOptions { mask: Some(mask), causal: true, ..Default::default() },
+                )?,
             };
             let a = blk.attn_c_proj.forward(&a.permute(&[0, 2, 1, 3])?.reshape(&[b, t, -1])?)?;
             x = x.add(&a)?;
             let m = blk.mlp_c_proj.forward(&gelu(&blk.c_fc.forward(&blk.ln_2.forward(&x)?)?)?)?;
             x = x.add(&m)?;
         }
-        let x = layer_norm(&x, &[d], Some(&self.ln_f.weight.get()), Some(&self.ln_f.bias.get()), self.ln_f.eps)?;
+        let x =
+            layer_norm(&x, &[d], Some(&self.ln_f.weight.get()), Some(&self.ln_f.bias.get()), self.ln_f.eps)?;
         // The head is the token embedding, transposed (tied), as one [B T, d] matrix product.
         let logits = x.reshape(&[-1, d as isize])?.matmul_transposed(&self.wte.weight.get(), false, true)?;
         Ok(logits.reshape(&[b, t, -1])?)
@@ -143,7 +179,10 @@ impl Module for Gpt2 {
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
         let p = &self.prefix;
-        let mut v = vec![(format!("{p}wte.weight"), self.wte.weight.clone()), (format!("{p}wpe.weight"), self.wpe.weight.clone())];
+        let mut v = vec![
+            (format!("{p}wte.weight"), self.wte.weight.clone()),
+            (format!("{p}wpe.weight"), self.wpe.weight.clone()),
+        ];
         for (i, blk) in self.h.iter().enumerate() {
             let n = format!("{p}h.{i}");
             v.extend(blk.ln_1.named_parameters().into_iter().map(|(k, var)| (format!("{n}.ln_1.{k}"), var)));

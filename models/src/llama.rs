@@ -3,7 +3,9 @@
 //! scaling), a SwiGLU MLP, grouped- or multi-query attention, tied or untied embeddings.
 //! Parameters keep transformers' names (`model.layers.0.self_attn.q_proj.weight`, …).
 
-use eager::nn::{Embedding, GroupedQueryAttention, Linear, Module, RmsNorm, RotaryEmbedding, StaticKvCache, SwiGlu};
+use eager::nn::{
+    Embedding, GroupedQueryAttention, Linear, Module, RmsNorm, RotaryEmbedding, StaticKvCache, SwiGlu,
+};
 use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
@@ -33,7 +35,10 @@ pub struct Llama {
 /// Checks what the architecture needs of a config before anything is built.
 fn check(cfg: &Config) -> Result<()> {
     if !matches!(cfg.hidden_act.as_str(), "silu" | "swish") {
-        return Err(ModelError::Unsupported(format!("activation `{}` in a {} model (only silu)", cfg.hidden_act, cfg.model_type)));
+        return Err(ModelError::Unsupported(format!(
+            "activation `{}` in a {} model (only silu)",
+            cfg.hidden_act, cfg.model_type
+        )));
     }
     if cfg.num_key_value_heads == 0 || !cfg.num_attention_heads.is_multiple_of(cfg.num_key_value_heads) {
         return Err(ModelError::Unsupported(format!(
@@ -58,7 +63,9 @@ impl Llama {
             let bias = if bias { Some(param(&format!("{name}.bias"), &[out])?) } else { None };
             Ok(Linear { weight, bias })
         };
-        let norm = |name: &str| -> Result<RmsNorm> { Ok(RmsNorm { weight: param(&format!("{name}.weight"), &[h])?, eps: cfg.norm_eps }) };
+        let norm = |name: &str| -> Result<RmsNorm> {
+            Ok(RmsNorm { weight: param(&format!("{name}.weight"), &[h])?, eps: cfg.norm_eps })
+        };
         let embed_tokens = Embedding { weight: param("model.embed_tokens.weight", &[cfg.vocab_size, h])? };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
@@ -89,7 +96,15 @@ impl Llama {
             linear("lm_head", cfg.vocab_size, h, false)?
         };
         let rotary = RotaryEmbedding::new(hd, cfg.rope_theta, &cfg.rope_scaling)?;
-        Ok(Llama { config: cfg.clone(), embed_tokens, layers, norm: norm("model.norm")?, lm_head, rotary, dtype })
+        Ok(Llama {
+            config: cfg.clone(),
+            embed_tokens,
+            layers,
+            norm: norm("model.norm")?,
+            lm_head,
+            rotary,
+            dtype,
+        })
     }
 
     /// A freshly initialised model of `cfg` (weights N(0, 0.02), norms ones, as transformers'
@@ -97,13 +112,16 @@ impl Llama {
     pub fn new(cfg: &Config, dtype: DType) -> Result<Llama> {
         check(cfg)?;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let normal = |shape: &[usize]| -> Result<Tensor> { Ok(Tensor::randn(shape, DType::F32)?.mul_scalar(0.02)?.to_dtype(dtype)?) };
+        let normal = |shape: &[usize]| -> Result<Tensor> {
+            Ok(Tensor::randn(shape, DType::F32)?.mul_scalar(0.02)?.to_dtype(dtype)?)
+        };
         let lin = |out: usize, inp: usize, bias: bool| -> Result<Linear> {
             let b = if bias { Some(Var::parameter("bias", Tensor::zeros(&[out], dtype)?)?) } else { None };
             Ok(Linear { weight: Var::parameter("weight", normal(&[out, inp])?)?, bias: b })
         };
         let embed_tokens = Embedding { weight: Var::parameter("weight", normal(&[cfg.vocab_size, h])?)? };
-        let (nq, nkv, i) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
+        let (nq, nkv, i) =
+            (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
         let layers = (0..cfg.num_hidden_layers)
             .map(|_| {
                 Ok(LlamaLayer {
@@ -118,7 +136,11 @@ impl Llama {
                         head_dim: hd,
                     },
                     post_attention_layernorm: RmsNorm::new(h, cfg.norm_eps, dtype)?,
-                    mlp: SwiGlu { gate_proj: lin(i, h, cfg.mlp_bias)?, up_proj: lin(i, h, cfg.mlp_bias)?, down_proj: lin(h, i, cfg.mlp_bias)? },
+                    mlp: SwiGlu {
+                        gate_proj: lin(i, h, cfg.mlp_bias)?,
+                        up_proj: lin(i, h, cfg.mlp_bias)?,
+                        down_proj: lin(h, i, cfg.mlp_bias)?,
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -128,7 +150,15 @@ impl Llama {
             lin(cfg.vocab_size, h, false)?
         };
         let rotary = RotaryEmbedding::new(hd, cfg.rope_theta, &cfg.rope_scaling)?;
-        Ok(Llama { config: cfg.clone(), embed_tokens, layers, norm: RmsNorm::new(h, cfg.norm_eps, dtype)?, lm_head, rotary, dtype })
+        Ok(Llama {
+            config: cfg.clone(),
+            embed_tokens,
+            layers,
+            norm: RmsNorm::new(h, cfg.norm_eps, dtype)?,
+            lm_head,
+            rotary,
+            dtype,
+        })
     }
 }
 
@@ -138,10 +168,20 @@ impl CausalLm for Llama {
     }
 
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>> {
-        Ok(self.layers.iter().map(|l| l.self_attn.new_cache(batch, capacity)).collect::<eager::Result<_>>()?)
+        Ok(self
+            .layers
+            .iter()
+            .map(|l| l.self_attn.new_cache(batch, capacity))
+            .collect::<eager::Result<_>>()?)
     }
 
-    fn step(&self, ids: &Tensor, positions: &Tensor, mask: &Tensor, mut cache: Option<(&mut [StaticKvCache], &Tensor)>) -> Result<Tensor> {
+    fn step(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        mut cache: Option<(&mut [StaticKvCache], &Tensor)>,
+    ) -> Result<Tensor> {
         let mut h = self.embed_tokens.lookup(ids)?;
         let (cos, sin) = self.rotary.cos_sin(positions, self.dtype)?;
         for (i, layer) in self.layers.iter().enumerate() {

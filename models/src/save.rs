@@ -13,7 +13,12 @@ use crate::{io_error, ModelError, Result};
 
 /// Writes `config.json` and `model.safetensors` (every parameter, HF names) into `dir`, and
 /// copies the tokenizer files of `tokenizer_dir` if given.
-pub fn save_pretrained(model: &dyn Module, config: &Config, dir: impl AsRef<Path>, tokenizer_dir: Option<&Path>) -> Result<()> {
+pub fn save_pretrained(
+    model: &dyn Module,
+    config: &Config,
+    dir: impl AsRef<Path>,
+    tokenizer_dir: Option<&Path>,
+) -> Result<()> {
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let tensors = state_dict(model);
@@ -28,7 +33,13 @@ pub fn save_pretrained(model: &dyn Module, config: &Config, dir: impl AsRef<Path
     std::fs::write(&path, text).map_err(io_error(&path))?;
     write_safetensors(&dir.join("model.safetensors"), &tensors)?;
     if let Some(src) = tokenizer_dir {
-        for name in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json"] {
+        for name in [
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "chat_template.jinja",
+            "generation_config.json",
+        ] {
             let from = src.join(name);
             if from.exists() {
                 std::fs::copy(&from, dir.join(name)).map_err(io_error(&from))?;
@@ -46,7 +57,10 @@ fn write_safetensors(path: &Path, tensors: &[(String, eager::Tensor)]) -> Result
         .zip(&bytes)
         .map(|((name, t), data)| {
             let view = safetensors::tensor::TensorView::new(safe_dtype(t.dtype()), t.shape().to_vec(), data)
-                .map_err(|e| ModelError::Weights { path: path.into(), msg: format!("tensor `{name}`: {e}") })?;
+                .map_err(|e| ModelError::Weights {
+                    path: path.into(),
+                    msg: format!("tensor `{name}`: {e}"),
+                })?;
             Ok((name.as_str(), view))
         })
         .collect::<Result<Vec<_>>>()?;

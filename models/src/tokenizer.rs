@@ -32,8 +32,10 @@ impl Tokenizer {
             .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", file.display())))?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Value = match std::fs::read_to_string(&cfg_path) {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|e| ModelError::Config { path: cfg_path.clone(), msg: format!("not valid JSON: {e}") })?,
+            Ok(text) => serde_json::from_str(&text).map_err(|e| ModelError::Config {
+                path: cfg_path.clone(),
+                msg: format!("not valid JSON: {e}"),
+            })?,
             Err(_) => Value::Null,
         };
         // A special token is a string or an object with its `content`.
@@ -85,7 +87,10 @@ impl Tokenizer {
     /// The chat template rendered for `messages` (transformers' `apply_chat_template(...,
     /// tokenize=False)`), with `bos_token`, `eos_token` and `add_generation_prompt` defined.
     pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let template = self.chat_template.as_deref().ok_or_else(|| ModelError::Template("this tokenizer has no chat template".into()))?;
+        let template = self
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| ModelError::Template("this tokenizer has no chat template".into()))?;
         let mut env = minijinja::Environment::new();
         // Python's str methods (`.strip()`, `.startswith()`, …), which templates call.
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);

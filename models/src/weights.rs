@@ -37,8 +37,10 @@ impl Weights {
             vec![single]
         } else if index.exists() {
             let text = std::fs::read_to_string(&index).map_err(io_error(&index))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| ModelError::Config { path: index.clone(), msg: format!("not valid JSON: {e}") })?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::Config {
+                path: index.clone(),
+                msg: format!("not valid JSON: {e}"),
+            })?;
             let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ModelError::Config {
                 path: index.clone(),
                 msg: "`weight_map` is missing".into(),
@@ -48,7 +50,8 @@ impl Weights {
             files.dedup();
             files.into_iter().map(|f| dir.join(f)).collect()
         } else {
-            let msg = "no model.safetensors or model.safetensors.index.json (only safetensors checkpoints load)";
+            let msg =
+                "no model.safetensors or model.safetensors.index.json (only safetensors checkpoints load)";
             return Err(ModelError::Weights { path: dir, msg: msg.into() });
         };
         let mut files = Vec::new();
@@ -66,7 +69,11 @@ impl Weights {
             let base = map.as_ptr() as usize;
             for (name, view) in st.tensors() {
                 let dtype = eager_dtype(view.dtype()).ok_or_else(|| {
-                    ModelError::Unsupported(format!("{}: tensor `{name}` has dtype {}", path.display(), view.dtype()))
+                    ModelError::Unsupported(format!(
+                        "{}: tensor `{name}` has dtype {}",
+                        path.display(),
+                        view.dtype()
+                    ))
                 })?;
                 let start = view.data().as_ptr() as usize - base;
                 let range = (start, start + view.data().len());
@@ -124,9 +131,16 @@ impl Weights {
 fn cast(bytes: &[u8], from: DType, to: DType) -> Result<Vec<u8>> {
     let values: Vec<f32> = match from {
         DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        DType::BF16 => bytes.chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
-        DType::F16 => bytes.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
-        DType::F64 => bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect(),
+        DType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+        DType::F16 => {
+            bytes.chunks_exact(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect()
+        }
+        DType::F64 => {
+            bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect()
+        }
         other => return Err(ModelError::Unsupported(format!("casting {other} weights"))),
     };
     Ok(match to {

@@ -19,7 +19,14 @@ pub struct StaticKvCache {
 }
 
 impl StaticKvCache {
-    pub fn new(batch: usize, kv_heads: usize, capacity: usize, head_dim: usize, dtype: DType, device: Device) -> Result<StaticKvCache> {
+    pub fn new(
+        batch: usize,
+        kv_heads: usize,
+        capacity: usize,
+        head_dim: usize,
+        dtype: DType,
+        device: Device,
+    ) -> Result<StaticKvCache> {
         let shape = [batch, kv_heads, capacity, head_dim];
         Ok(StaticKvCache {
             keys: Tensor::full_on(&shape, 0.0, dtype, device)?,
@@ -32,7 +39,11 @@ impl StaticKvCache {
     /// decode step receives them).
     pub fn from_parts(keys: Tensor, values: Tensor) -> Result<StaticKvCache> {
         if keys.rank() != 4 || keys.spec() != values.spec() {
-            let msg = format!("needs keys and values of one [B, heads, capacity, dim] spec, got {} and {}", keys.spec(), values.spec());
+            let msg = format!(
+                "needs keys and values of one [B, heads, capacity, dim] spec, got {} and {}",
+                keys.spec(),
+                values.spec()
+            );
             return Err(Error::shape("StaticKvCache", msg));
         }
         let slots = Tensor::arange_on(0.0, keys.shape()[2] as f64, 1.0, DType::I64, keys.device())?;
@@ -51,11 +62,19 @@ impl StaticKvCache {
         let mut want = self.keys.shape().to_vec();
         want[2] = t;
         if k.shape() != want || v.shape() != want || t == 0 || t > self.capacity() {
-            let msg = format!("needs keys and values {want:?} (T ≤ {}), got {} and {}", self.capacity(), k.spec(), v.spec());
+            let msg = format!(
+                "needs keys and values {want:?} (T ≤ {}), got {} and {}",
+                self.capacity(),
+                k.spec(),
+                v.spec()
+            );
             return Err(Error::shape("StaticKvCache::write", msg));
         }
         if start.numel() != 1 || start.dtype() != DType::I64 {
-            return Err(Error::invalid("StaticKvCache::write", format!("start must be one i64, got {}", start.spec())));
+            return Err(Error::invalid(
+                "StaticKvCache::write",
+                format!("start must be one i64, got {}", start.spec()),
+            ));
         }
         let start = start.reshape(&[1])?;
         // Slot p takes row p - start of the new keys where start <= p < start + T.
@@ -86,9 +105,19 @@ pub struct GroupedQueryAttention {
 
 impl GroupedQueryAttention {
     /// `qkv_bias`: biases on q, k and v (Qwen2); `o_bias` on the output projection.
-    pub fn new(hidden: usize, heads: usize, kv_heads: usize, head_dim: usize, qkv_bias: bool, o_bias: bool, dtype: DType) -> Result<GroupedQueryAttention> {
+    pub fn new(
+        hidden: usize,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        qkv_bias: bool,
+        o_bias: bool,
+        dtype: DType,
+    ) -> Result<GroupedQueryAttention> {
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) || head_dim == 0 {
-            let msg = format!("needs key/value heads ({kv_heads}) dividing the query heads ({heads}) and head_dim > 0");
+            let msg = format!(
+                "needs key/value heads ({kv_heads}) dividing the query heads ({heads}) and head_dim > 0"
+            );
             return Err(Error::invalid("GroupedQueryAttention", msg));
         }
         Ok(GroupedQueryAttention {
@@ -106,12 +135,24 @@ impl GroupedQueryAttention {
     /// keys and values go to its slots from `start` and the queries attend the whole cache
     /// under `mask` (bool `[B, 1, T, capacity]`); without, causal attention over `x` under
     /// `mask` (bool `[B, 1, T, T]`, or none).
-    pub fn forward_with(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: Option<&Tensor>, cache: Option<(&mut StaticKvCache, &Tensor)>) -> Result<Tensor> {
+    pub fn forward_with(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<(&mut StaticKvCache, &Tensor)>,
+    ) -> Result<Tensor> {
         if x.rank() != 3 {
-            return Err(Error::shape("GroupedQueryAttention", format!("needs [B, T, hidden], got {}", x.spec())));
+            return Err(Error::shape(
+                "GroupedQueryAttention",
+                format!("needs [B, T, hidden], got {}", x.spec()),
+            ));
         }
         let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
-        let split = |y: Tensor, n: usize| y.reshape(&[b, t, n as isize, self.head_dim as isize])?.permute(&[0, 2, 1, 3]);
+        let split = |y: Tensor, n: usize| {
+            y.reshape(&[b, t, n as isize, self.head_dim as isize])?.permute(&[0, 2, 1, 3])
+        };
         let q = apply_rotary(&split(self.q_proj.forward(x)?, self.heads)?, cos, sin)?;
         let k = apply_rotary(&split(self.k_proj.forward(x)?, self.kv_heads)?, cos, sin)?;
         let v = split(self.v_proj.forward(x)?, self.kv_heads)?;
@@ -121,7 +162,12 @@ impl GroupedQueryAttention {
                 let opts = AttentionOptions { mask, ..Default::default() };
                 scaled_dot_product_attention(&q, &cache.keys, &cache.values, opts)?
             }
-            None => scaled_dot_product_attention(&q, &k, &v, AttentionOptions { mask, causal: true, ..Default::default() })?,
+            None => scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                AttentionOptions { mask, causal: true, ..Default::default() },
+            )?,
         };
         self.o_proj.forward(&out.permute(&[0, 2, 1, 3])?.reshape(&[b, t, -1])?)
     }

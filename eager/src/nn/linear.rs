@@ -34,7 +34,9 @@ impl Module for Linear {
         let y = if x.rank() > 2 {
             let mut out: Vec<isize> = x.shape()[..x.rank() - 1].iter().map(|&d| d as isize).collect();
             out.push(w.shape()[0] as isize);
-            x.reshape(&[-1, x.shape()[x.rank() - 1] as isize])?.matmul_transposed(&w, false, true)?.reshape(&out)?
+            x.reshape(&[-1, x.shape()[x.rank() - 1] as isize])?
+                .matmul_transposed(&w, false, true)?
+                .reshape(&out)?
         } else {
             x.matmul_transposed(&w, false, true)?
         };

@@ -39,7 +39,12 @@ impl RotaryEmbedding {
         match *scaling {
             RopeScaling::Default => {}
             RopeScaling::Linear { factor } => inv.iter_mut().for_each(|f| *f /= factor as f32),
-            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
                 if low_freq_factor >= high_freq_factor {
                     let msg = format!(
                         "llama3 scaling needs low_freq_factor < high_freq_factor, got {low_freq_factor} and {high_freq_factor}"
@@ -53,7 +58,8 @@ impl RotaryEmbedding {
                     let scaled = if wavelen > low_wavelen { *f / factor as f32 } else { *f };
                     let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
                     *f = if medium {
-                        let smooth = ((old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)) as f32;
+                        let smooth =
+                            ((old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)) as f32;
                         (1.0 - smooth) * scaled / factor as f32 + smooth * scaled
                     } else {
                         scaled
@@ -91,6 +97,7 @@ pub fn rotate_half(x: &Tensor) -> Result<Tensor> {
 /// `x cos + rotate_half(x) sin` for `x` `[B, heads, T, dim]` and cos/sin `[B, T, dim]` (or
 /// `[T, dim]`), broadcast over heads (transformers' `apply_rotary_pos_emb`).
 pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    let (cos, sin) = if cos.rank() == 3 { (cos.unsqueeze(1)?, sin.unsqueeze(1)?) } else { (cos.clone(), sin.clone()) };
+    let (cos, sin) =
+        if cos.rank() == 3 { (cos.unsqueeze(1)?, sin.unsqueeze(1)?) } else { (cos.clone(), sin.clone()) };
     x.mul(&cos)?.add(&rotate_half(x)?.mul(&sin)?)
 }

@@ -26,7 +26,12 @@ pub struct AttentionOptions<'a> {
 /// `softmax(q kᵀ scale + mask) v` for q `[B, H, L, d]`, k `[B, Hkv, S, d]`, v `[B, Hkv, S, dv]`
 /// where `Hkv` divides `H` (each key/value head serves `H / Hkv` query heads). Scores and
 /// the softmax are computed in f32 for half-precision inputs, the result cast back.
-pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<Tensor> {
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: AttentionOptions,
+) -> Result<Tensor> {
     let rank = q.rank();
     let bad_shapes = rank < 3
         || k.rank() != rank
