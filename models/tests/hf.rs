@@ -7,9 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use eager::nn::Module;
 use eager::{DType, Tensor};
-use eager_models::generate::{generate, CausalLm, DecodeMode, GenerateOptions};
+use eager_models::generate::{generate, DecodeMode, GenerateOptions};
 use eager_models::tokenizer::Message;
 use eager_models::{AutoModel, ModelError, Tokenizer};
 use serde_json::Value;
@@ -62,7 +61,7 @@ fn check_causal(name: &str, dtype: Option<DType>, tol: f32, batch: bool) {
     let err = rel_err(&prompt_logits(&model, &prompt), &npy(fixture(name).join("ref_logits.npy")));
     assert!(err <= tol, "{name}: logits differ from transformers' by {err} of the largest (tolerance {tol})");
     assert_eq!(
-        greedy(&model, &[prompt.clone()], DecodeMode::Eager)[0],
+        greedy(&model, std::slice::from_ref(&prompt), DecodeMode::Eager)[0],
         ids_of(&r["greedy"]),
         "{name}: greedy tokens"
     );

@@ -56,7 +56,7 @@ impl RotaryEmbedding {
                 for f in inv.iter_mut() {
                     let wavelen = 2.0 * std::f64::consts::PI / *f as f64;
                     let scaled = if wavelen > low_wavelen { *f / factor as f32 } else { *f };
-                    let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                    let medium = (high_wavelen..=low_wavelen).contains(&wavelen);
                     *f = if medium {
                         let smooth =
                             ((old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)) as f32;
