@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust tests of every crate (core, viz, REPL through a pty), then the
-# Jupyter kernel under real Jupyter clients and the notebooks under nbclient.
+# Jupyter kernel under real Jupyter clients and the notebooks under nbclient, and a model
+# trained in eager loaded by transformers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+# torch and transformers: the Hugging Face round trip (tests/models)
+python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements-models.txt
 cargo test --release --workspace
 cargo build --release -p kernel
-python3 -m pytest -q tests/kernel tests/notebooks
+cargo build --release -p eager-models --examples
+python3 -m pytest -q tests/kernel tests/notebooks tests/models

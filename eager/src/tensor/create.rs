@@ -33,6 +33,26 @@ impl Tensor {
         Ok(t.with_host_bounds(int_bounds(as_bytes(data), T::DTYPE)))
     }
 
+    /// A tensor of `shape` and `dtype` from its row-major bytes in the host's byte order (as a
+    /// safetensors file or [`Tensor::to_bytes`] holds them), uploaded once; for dtypes with no
+    /// Rust element type (bf16, f16) and for weights read straight from a mapped file.
+    pub fn from_bytes_on(bytes: &[u8], shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let spec = Spec::new(shape, dtype);
+        let Some((_, size)) = spec.checked_size() else {
+            return Err(Error::shape("from_bytes", crate::ops::too_large(&spec)));
+        };
+        if size != bytes.len() {
+            let msg = format!("{} bytes do not fill {spec} ({size} bytes)", bytes.len());
+            return Err(Error::shape("from_bytes", msg));
+        }
+        // A bool byte other than 0 or 1 is no bool XLA reads consistently.
+        if dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
+            return Err(Error::invalid("from_bytes", "bool bytes must be 0 or 1"));
+        }
+        let t = super::dispatch::upload(bytes, spec, device)?;
+        Ok(t.with_host_bounds(int_bounds(bytes, dtype)))
+    }
+
     /// A 1-D tensor from a vector.
     pub fn from_vec<T: Element>(data: Vec<T>) -> Result<Tensor> {
         Tensor::from_slice(&data, &[data.len()])

@@ -1,0 +1,63 @@
+//! The fully connected layer, `y = x Wᵀ + b` (torch's `nn.Linear`).
+
+use super::{uniform, Module};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::tensor::Tensor;
+use crate::var::Var;
+
+/// `y = x Wᵀ + b`, weight `[out, in]`, initialised as torch does (uniform ±1/√in).
+pub struct Linear {
+    pub weight: Var,
+    pub bias: Option<Var>,
+}
+
+impl Linear {
+    pub fn new(inputs: usize, outputs: usize) -> Result<Linear> {
+        Linear::with_options(inputs, outputs, true, DType::F32)
+    }
+
+    pub fn with_options(inputs: usize, outputs: usize, bias: bool, dtype: DType) -> Result<Linear> {
+        let bound = 1.0 / (inputs.max(1) as f64).sqrt();
+        let weight = Var::parameter("weight", uniform(&[outputs, inputs], bound, dtype)?)?;
+        let bias =
+            if bias { Some(Var::parameter("bias", uniform(&[outputs], bound, dtype)?)?) } else { None };
+        Ok(Linear { weight, bias })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // torch's F.linear: one op, the product and the bias in one program.
+        crate::compile::fused_op("linear", || self.apply(x))
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let mut v = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".to_string(), b.clone()));
+        }
+        v
+    }
+}
+
+impl Linear {
+    fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        // x wᵀ as one op: the weight is read transposed, not transposed first. A batch of
+        // rows [B, T, in] is one [B T, in] matrix, so the weight is not broadcast per batch.
+        let w = self.weight.get();
+        let y = if x.rank() > 2 {
+            let mut out: Vec<isize> = x.shape()[..x.rank() - 1].iter().map(|&d| d as isize).collect();
+            out.push(w.shape()[0] as isize);
+            x.reshape(&[-1, x.shape()[x.rank() - 1] as isize])?
+                .matmul_transposed(&w, false, true)?
+                .reshape(&out)?
+        } else {
+            x.matmul_transposed(&w, false, true)?
+        };
+        match &self.bias {
+            Some(b) => y.add(&b.get()),
+            None => Ok(y),
+        }
+    }
+}

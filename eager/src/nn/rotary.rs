@@ -1,0 +1,103 @@
+//! Rotary position embeddings (RoPE, as Llama, Mistral and Qwen2 use them in transformers):
+//! the frequencies of `rope_theta` with the `default`, `linear` and `llama3` scalings, the
+//! cos/sin tables for given positions (computed on the device, so a decode step with a
+//! position tensor runs the same executables at every step), and their application.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// How the inverse frequencies are rescaled for longer contexts (transformers' `rope_type`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// `rope_type: "default"`: `1 / theta^(2i/d)`.
+    Default,
+    /// `rope_type: "linear"`: positions divided by `factor` (the frequencies are).
+    Linear { factor: f64 },
+    /// `rope_type: "llama3"`: low frequencies divided by `factor`, high ones kept, a smooth
+    /// blend between (Llama 3.1's long-context scheme).
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: f64 },
+}
+
+/// The rotary embedding of one attention layer's head dim: inverse frequencies `[dim / 2]`.
+#[derive(Debug, Clone)]
+pub struct RotaryEmbedding {
+    /// `1 / theta^(2i/dim)` after scaling, f32 as transformers keeps them.
+    pub inv_freq: Vec<f32>,
+    pub dim: usize,
+}
+
+impl RotaryEmbedding {
+    pub fn new(dim: usize, theta: f64, scaling: &RopeScaling) -> Result<RotaryEmbedding> {
+        if dim == 0 || !dim.is_multiple_of(2) || theta <= 0.0 || theta.is_nan() {
+            let msg = format!("needs an even head dim and theta > 0, got dim {dim} and theta {theta}");
+            return Err(Error::invalid("RotaryEmbedding", msg));
+        }
+        // As transformers: the exponent in f32 (`arange(0, dim, 2).float() / dim`), the power in f32.
+        let base = theta as f32;
+        let mut inv: Vec<f32> = (0..dim / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / dim as f32)).collect();
+        match *scaling {
+            RopeScaling::Default => {}
+            RopeScaling::Linear { factor } => inv.iter_mut().for_each(|f| *f /= factor as f32),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                if low_freq_factor >= high_freq_factor {
+                    let msg = format!(
+                        "llama3 scaling needs low_freq_factor < high_freq_factor, got {low_freq_factor} and {high_freq_factor}"
+                    );
+                    return Err(Error::invalid("RotaryEmbedding", msg));
+                }
+                let old = original_max_position_embeddings;
+                let (low_wavelen, high_wavelen) = (old / low_freq_factor, old / high_freq_factor);
+                for f in inv.iter_mut() {
+                    let wavelen = 2.0 * std::f64::consts::PI / *f as f64;
+                    let scaled = if wavelen > low_wavelen { *f / factor as f32 } else { *f };
+                    let medium = (high_wavelen..=low_wavelen).contains(&wavelen);
+                    *f = if medium {
+                        let smooth =
+                            ((old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)) as f32;
+                        (1.0 - smooth) * scaled / factor as f32 + smooth * scaled
+                    } else {
+                        scaled
+                    };
+                }
+            }
+        }
+        Ok(RotaryEmbedding { inv_freq: inv, dim })
+    }
+
+    /// cos and sin `[..., T, dim]` for integer `positions` `[..., T]` (each frequency twice,
+    /// as transformers' `cat((freqs, freqs), -1)`), in `dtype`; the angles are computed in f32.
+    pub fn cos_sin(&self, positions: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
+        if !matches!(positions.dtype(), DType::I32 | DType::I64) {
+            let msg = format!("positions must be integers, got {}", positions.spec());
+            return Err(Error::dtype("RotaryEmbedding", msg));
+        }
+        let inv = Tensor::from_slice_on(&self.inv_freq, &[self.inv_freq.len()], positions.device())?;
+        let freqs = positions.to_dtype(DType::F32)?.unsqueeze(-1)?.mul(&inv)?;
+        let emb = Tensor::cat(&[&freqs, &freqs], -1)?;
+        Ok((emb.cos()?.to_dtype(dtype)?, emb.sin()?.to_dtype(dtype)?))
+    }
+}
+
+/// `[-x2, x1]` of `x = [x1, x2]` split in halves along the last dim.
+pub fn rotate_half(x: &Tensor) -> Result<Tensor> {
+    let d = x.shape().last().copied().unwrap_or(0);
+    if !d.is_multiple_of(2) || d == 0 {
+        return Err(Error::shape("rotate_half", format!("needs an even last dim, got {}", x.spec())));
+    }
+    let (x1, x2) = (x.narrow(-1, 0, d / 2)?, x.narrow(-1, d / 2, d / 2)?);
+    Tensor::cat(&[&x2.neg()?, &x1], -1)
+}
+
+/// `x cos + rotate_half(x) sin` for `x` `[B, heads, T, dim]` and cos/sin `[B, T, dim]` (or
+/// `[T, dim]`), broadcast over heads (transformers' `apply_rotary_pos_emb`).
+pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let (cos, sin) =
+        if cos.rank() == 3 { (cos.unsqueeze(1)?, sin.unsqueeze(1)?) } else { (cos.clone(), sin.clone()) };
+    x.mul(&cos)?.add(&rotate_half(x)?.mul(&sin)?)
+}

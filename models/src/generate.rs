@@ -1,0 +1,316 @@
+//! Text generation on a static key/value cache: the prompts (left-padded into one batch, with
+//! an attention mask) are prefilled in one pass, then each step feeds one token per sequence
+//! with the same shapes — the write position is a tensor — so every decode step runs the
+//! same cached executables (eagerly, as one fused region, or as one compiled program).
+//! Choosing the next token happens on the host from the last position's logits: greedy,
+//! or sampling with temperature, top-k, top-p and a repetition penalty from a seeded RNG.
+
+use eager::nn::StaticKvCache;
+use eager::{DType, Tensor};
+use rand::{Rng, SeedableRng};
+
+use crate::config::Config;
+use crate::tokenizer::Tokenizer;
+use crate::{ModelError, Result};
+
+/// A decoder that generation can drive: one call computes logits `[B, T, vocab]` of ids
+/// `[B, T]` at rope/learned `positions` `[B, T]` under a bool `mask` `[B, 1, T, S]`; with a
+/// cache it writes the new keys and values at the slot tensor `start` and `S` is the cache's
+/// capacity, without one `S = T`.
+pub trait CausalLm {
+    fn config(&self) -> &Config;
+
+    /// One static cache per layer, for `batch` sequences of up to `capacity` positions.
+    fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>>;
+
+    fn step(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut [StaticKvCache], &Tensor)>,
+    ) -> Result<Tensor>;
+
+    /// Logits `[B, T, vocab]` of the whole sequence `ids` `[B, T]` (transformers'
+    /// `model(ids).logits`); `attention_mask` `[B, T]` (1 for tokens, 0 for padding) as
+    /// transformers takes it, positions counted over the tokens only.
+    fn logits(&self, ids: &Tensor, attention_mask: Option<&Tensor>) -> Result<Tensor> {
+        if ids.rank() != 2 {
+            return Err(ModelError::Generate(format!("ids must be [B, T], got {}", ids.spec())));
+        }
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        let (valid, positions) = match attention_mask {
+            Some(m) => {
+                let valid = m.ne_scalar(0.0)?;
+                let pos = valid.to_dtype(DType::I64)?.cumsum(1)?.sub_scalar(1.0)?.maximum_scalar(0.0)?;
+                (valid, pos)
+            }
+            None => (
+                Tensor::full_on(&[b, t], 1.0, DType::Bool, ids.device())?,
+                Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, ids.device())?
+                    .unsqueeze(0)?
+                    .broadcast_to(&[b, t])?,
+            ),
+        };
+        let start = Tensor::from_slice_on(&[0i64], &[], ids.device())?;
+        let mask = step_mask(&valid, &start, t)?;
+        self.step(ids, &positions, &mask, None)
+    }
+}
+
+/// Bool `[B, 1, T, S]`: query `i` (at slot `start + i`) sees slot `p` when `p <= start + i`
+/// and `key_valid[b, p]` (`[B, S]`, false at padding).
+pub fn step_mask(key_valid: &Tensor, start: &Tensor, t: usize) -> Result<Tensor> {
+    let (b, s) = (key_valid.shape()[0] as isize, key_valid.shape()[1]);
+    let dev = key_valid.device();
+    let slots = Tensor::arange_on(0.0, s as f64, 1.0, DType::I64, dev)?.reshape(&[1, 1, 1, -1])?;
+    let queries = Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, dev)?
+        .add(&start.reshape(&[1])?)?
+        .reshape(&[1, 1, -1, 1])?;
+    let causal = slots.le(&queries)?;
+    let valid = key_valid.reshape(&[b, 1, 1, s as isize])?;
+    Ok(causal.where_cond(&valid, &causal)?) // causal and valid
+}
+
+/// How each decode step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecodeMode {
+    /// Op by op, each a cached executable.
+    #[default]
+    Eager,
+    /// The step's ops recorded and run as one program (`eager::fused`).
+    Fused,
+    /// The step traced once into one compiled program (`eager::compile`).
+    Compiled,
+}
+
+/// What [`generate`] does; `Default` is greedy, 32 new tokens, no stops.
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    /// 0: greedy (argmax); otherwise logits are divided by it and sampled.
+    pub temperature: f64,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f64>,
+    /// transformers' `repetition_penalty`: scores of tokens already in the sequence are
+    /// divided by it (multiplied when negative); 1 is none.
+    pub repetition_penalty: f64,
+    pub seed: u64,
+    /// A sequence ends after one of these tokens (kept in its output).
+    pub stop_tokens: Vec<u32>,
+    /// A sequence ends once its decoded new text contains one of these (needs a tokenizer).
+    pub stop_strings: Vec<String>,
+    /// The id left padding uses (its value never matters: it is masked).
+    pub pad_token_id: u32,
+    pub mode: DecodeMode,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_new_tokens: 32,
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            repetition_penalty: 1.0,
+            seed: 0,
+            stop_tokens: Vec::new(),
+            stop_strings: Vec::new(),
+            pad_token_id: 0,
+            mode: DecodeMode::Eager,
+        }
+    }
+}
+
+/// Generates up to `max_new_tokens` after each prompt (a batch, left-padded), calling
+/// `on_token(sequence, token)` as each token is chosen; returns each sequence's new tokens.
+pub fn generate(
+    model: &dyn CausalLm,
+    prompts: &[Vec<u32>],
+    opts: &GenerateOptions,
+    tokenizer: Option<&Tokenizer>,
+    mut on_token: impl FnMut(usize, u32),
+) -> Result<Vec<Vec<u32>>> {
+    let vocab = model.config().vocab_size;
+    if prompts.is_empty() || prompts.iter().any(|p| p.is_empty()) {
+        return Err(ModelError::Generate("every prompt needs at least one token".into()));
+    }
+    if let Some(bad) = prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
+        return Err(ModelError::Generate(format!("token id {bad} is outside the vocabulary ({vocab})")));
+    }
+    if !opts.stop_strings.is_empty() && tokenizer.is_none() {
+        return Err(ModelError::Generate("stop strings need a tokenizer".into()));
+    }
+    if opts.temperature < 0.0
+        || opts.temperature.is_nan()
+        || opts.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0))
+    {
+        return Err(ModelError::Generate(format!(
+            "needs temperature >= 0 and top_p in (0, 1], got {} and {:?}",
+            opts.temperature, opts.top_p
+        )));
+    }
+    let _no_grad = eager::NoGradGuard::new();
+    let (b, t) = (prompts.len(), prompts.iter().map(Vec::len).max().unwrap_or(0));
+    let capacity = t + opts.max_new_tokens;
+    let device = eager::default_device();
+    let mut ids = Vec::with_capacity(b * t);
+    let mut positions = Vec::with_capacity(b * t);
+    let mut valid = Vec::with_capacity(b * capacity);
+    for p in prompts {
+        let pad = t - p.len();
+        ids.extend(std::iter::repeat_n(opts.pad_token_id as i64, pad).chain(p.iter().map(|&x| x as i64)));
+        positions.extend((0..t).map(|i| i.saturating_sub(pad) as i64));
+        valid.extend((0..capacity).map(|i| (i >= pad) as u8));
+    }
+    let key_valid = Tensor::from_bytes_on(&valid, &[b, capacity], DType::Bool, device)?;
+    let mut cache = model.new_cache(b, capacity)?;
+    let start = Tensor::from_slice_on(&[0i64], &[], device)?;
+    let mask = step_mask(&key_valid, &start, t)?;
+    let ids_t = Tensor::from_slice_on(&ids, &[b, t], device)?;
+    let pos_t = Tensor::from_slice_on(&positions, &[b, t], device)?;
+    // The prefill is one pass over every prompt position.
+    let logits = model.step(&ids_t, &pos_t, &mask, Some((&mut cache, &start)))?;
+    let mut last = last_logits(&logits)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); b];
+    let mut done = vec![false; b];
+    let mut next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
+    let compiled = eager::compile("decode_step", |args: &[Tensor]| -> eager::Result<Vec<Tensor>> {
+        let [ids, pos, start, mask] = [&args[0], &args[1], &args[2], &args[3]];
+        let mut c: Vec<StaticKvCache> = args[4..]
+            .chunks(2)
+            .map(|kv| StaticKvCache::from_parts(kv[0].clone(), kv[1].clone()))
+            .collect::<eager::Result<_>>()?;
+        let logits = model
+            .step(ids, pos, mask, Some((&mut c, start)))
+            .map_err(|e| crate::to_eager("decode_step", e))?;
+        let mut outs = vec![logits];
+        outs.extend(c.into_iter().flat_map(|c| [c.keys, c.values]));
+        Ok(outs)
+    });
+    for step in 0..opts.max_new_tokens {
+        let mut tokens = Vec::with_capacity(b);
+        for (i, row) in last.chunks(vocab).enumerate() {
+            if done[i] {
+                tokens.push(opts.pad_token_id as i64);
+                continue;
+            }
+            let history: Vec<u32> = prompts[i].iter().chain(&out[i]).copied().collect();
+            let tok = choose(row, &history, opts, &mut rng);
+            out[i].push(tok);
+            on_token(i, tok);
+            let stopped_by_string = match tokenizer {
+                Some(tk) if !opts.stop_strings.is_empty() => {
+                    let text = tk.decode(&out[i], true)?;
+                    opts.stop_strings.iter().any(|s| text.contains(s.as_str()))
+                }
+                _ => false,
+            };
+            if opts.stop_tokens.contains(&tok) || stopped_by_string {
+                done[i] = true;
+            }
+            tokens.push(tok as i64);
+        }
+        if done.iter().all(|&d| d) || step + 1 == opts.max_new_tokens {
+            break;
+        }
+        let ids_t = Tensor::from_slice_on(&tokens, &[b, 1], device)?;
+        let pos_t = Tensor::from_slice_on(&next_pos, &[b, 1], device)?;
+        next_pos.iter_mut().for_each(|p| *p += 1);
+        let start = Tensor::from_slice_on(&[(t + step) as i64], &[], device)?;
+        let mask = step_mask(&key_valid, &start, 1)?;
+        let logits = match opts.mode {
+            DecodeMode::Eager => model.step(&ids_t, &pos_t, &mask, Some((&mut cache, &start)))?,
+            DecodeMode::Fused => eager::fused(|| {
+                model
+                    .step(&ids_t, &pos_t, &mask, Some((&mut cache, &start)))
+                    .map_err(|e| crate::to_eager("decode_step", e))
+            })?,
+            DecodeMode::Compiled => {
+                let mut args: Vec<&Tensor> = vec![&ids_t, &pos_t, &start, &mask];
+                args.extend(cache.iter().flat_map(|c| [&c.keys, &c.values]));
+                let mut outs = compiled.call(&args)?.into_iter();
+                let logits = outs
+                    .next()
+                    .ok_or_else(|| ModelError::Generate("the compiled step returned nothing".into()))?;
+                for c in cache.iter_mut() {
+                    c.keys = outs
+                        .next()
+                        .ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
+                    c.values = outs
+                        .next()
+                        .ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
+                }
+                logits
+            }
+        };
+        last = last_logits(&logits)?;
+    }
+    Ok(out)
+}
+
+/// The last position's logits of `[B, T, vocab]`, as f32 on the host, `B × vocab` values.
+fn last_logits(logits: &Tensor) -> Result<Vec<f32>> {
+    let t = logits.shape()[1];
+    Ok(logits.narrow(1, t - 1, 1)?.to_dtype(DType::F32)?.to_vec::<f32>()?)
+}
+
+/// The next token from one row of logits, as transformers' logits processors and warpers do
+/// it: repetition penalty, then greedy, or temperature, top-k, top-p and a draw.
+fn choose(row: &[f32], history: &[u32], opts: &GenerateOptions, rng: &mut rand::rngs::StdRng) -> u32 {
+    let mut scores: Vec<f32> = row.to_vec();
+    if opts.repetition_penalty != 1.0 {
+        let p = opts.repetition_penalty as f32;
+        let mut seen = history.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        for &id in &seen {
+            let s = &mut scores[id as usize];
+            *s = if *s < 0.0 { *s * p } else { *s / p };
+        }
+    }
+    if opts.temperature == 0.0 {
+        // The first of equal maxima, as torch's argmax.
+        let mut best = 0;
+        for (i, &s) in scores.iter().enumerate() {
+            if s > scores[best] {
+                best = i;
+            }
+        }
+        return best as u32;
+    }
+    scores.iter_mut().for_each(|s| *s /= opts.temperature as f32);
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let mut keep = order.len();
+    if let Some(k) = opts.top_k {
+        keep = keep.min(k.max(1));
+    }
+    let max = scores[order[0]];
+    let weights: Vec<f64> = order[..keep].iter().map(|&i| ((scores[i] - max) as f64).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    if let Some(p) = opts.top_p {
+        // The smallest prefix whose probability reaches p (at least one token).
+        let mut acc = 0.0;
+        let mut n = 0;
+        for w in &weights {
+            acc += w / total;
+            n += 1;
+            if acc >= p {
+                break;
+            }
+        }
+        keep = n.max(1);
+    }
+    let weights = &weights[..keep];
+    let total: f64 = weights.iter().sum();
+    let mut x = rng.gen::<f64>() * total;
+    for (j, w) in weights.iter().enumerate() {
+        if x < *w {
+            return order[j] as u32;
+        }
+        x -= w;
+    }
+    order[keep - 1] as u32
+}

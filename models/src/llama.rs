@@ -1,0 +1,223 @@
+//! Llama, and the architectures that share its layout: Mistral (no biases) and Qwen2 (biases
+//! on q, k and v). RMSNorm, rotary embeddings (`rope_theta`, `default`/`linear`/`llama3`
+//! scaling), a SwiGLU MLP, grouped- or multi-query attention, tied or untied embeddings.
+//! Parameters keep transformers' names (`model.layers.0.self_attn.q_proj.weight`, …).
+
+use eager::nn::{
+    Embedding, GroupedQueryAttention, Linear, Module, RmsNorm, RotaryEmbedding, StaticKvCache, SwiGlu,
+};
+use eager::{DType, Device, Tensor, Var};
+
+use crate::config::Config;
+use crate::generate::CausalLm;
+use crate::weights::Weights;
+use crate::{ModelError, Result};
+
+/// One decoder layer: pre-norm attention, then pre-norm MLP, each added to the residual.
+pub struct LlamaLayer {
+    pub input_layernorm: RmsNorm,
+    pub self_attn: GroupedQueryAttention,
+    pub post_attention_layernorm: RmsNorm,
+    pub mlp: SwiGlu,
+}
+
+pub struct Llama {
+    pub config: Config,
+    pub embed_tokens: Embedding,
+    pub layers: Vec<LlamaLayer>,
+    pub norm: RmsNorm,
+    /// The output projection; with tied embeddings it shares `embed_tokens`' weight.
+    pub lm_head: Linear,
+    pub rotary: RotaryEmbedding,
+    pub dtype: DType,
+}
+
+/// Checks what the architecture needs of a config before anything is built.
+fn check(cfg: &Config) -> Result<()> {
+    if !matches!(cfg.hidden_act.as_str(), "silu" | "swish") {
+        return Err(ModelError::Unsupported(format!(
+            "activation `{}` in a {} model (only silu)",
+            cfg.hidden_act, cfg.model_type
+        )));
+    }
+    if cfg.num_key_value_heads == 0 || !cfg.num_attention_heads.is_multiple_of(cfg.num_key_value_heads) {
+        return Err(ModelError::Unsupported(format!(
+            "num_key_value_heads {} does not divide num_attention_heads {}",
+            cfg.num_key_value_heads, cfg.num_attention_heads
+        )));
+    }
+    Ok(())
+}
+
+impl Llama {
+    /// Loads the weights of a checkpoint (in `dtype`) onto `device`.
+    pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Llama> {
+        check(cfg)?;
+        let (h, hd, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let (nq, nkv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+        let param = |name: &str, shape: &[usize]| -> Result<Var> {
+            Ok(Var::parameter(name.rsplit('.').next().unwrap_or(name), w.get(name, shape, dtype, device)?)?)
+        };
+        let linear = |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
+            let weight = param(&format!("{name}.weight"), &[out, inp])?;
+            let bias = if bias { Some(param(&format!("{name}.bias"), &[out])?) } else { None };
+            Ok(Linear { weight, bias })
+        };
+        let norm = |name: &str| -> Result<RmsNorm> {
+            Ok(RmsNorm { weight: param(&format!("{name}.weight"), &[h])?, eps: cfg.norm_eps })
+        };
+        let embed_tokens = Embedding { weight: param("model.embed_tokens.weight", &[cfg.vocab_size, h])? };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            layers.push(LlamaLayer {
+                input_layernorm: norm(&format!("{p}.input_layernorm"))?,
+                self_attn: GroupedQueryAttention {
+                    q_proj: linear(&format!("{p}.self_attn.q_proj"), nq, h, cfg.qkv_bias)?,
+                    k_proj: linear(&format!("{p}.self_attn.k_proj"), nkv, h, cfg.qkv_bias)?,
+                    v_proj: linear(&format!("{p}.self_attn.v_proj"), nkv, h, cfg.qkv_bias)?,
+                    o_proj: linear(&format!("{p}.self_attn.o_proj"), h, nq, cfg.o_bias)?,
+                    heads: cfg.num_attention_heads,
+                    kv_heads: cfg.num_key_value_heads,
+                    head_dim: hd,
+                },
+                post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm"))?,
+                mlp: SwiGlu {
+                    gate_proj: linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?,
+                    up_proj: linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?,
+                    down_proj: linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?,
+                },
+            });
+        }
+        // A checkpoint saved with tied embeddings has no lm_head (transformers drops it).
+        let lm_head = if cfg.tie_word_embeddings && !w.contains("lm_head.weight") {
+            Linear { weight: embed_tokens.weight.clone(), bias: None }
+        } else {
+            linear("lm_head", cfg.vocab_size, h, false)?
+        };
+        let rotary = RotaryEmbedding::new(hd, cfg.rope_theta, &cfg.rope_scaling)?;
+        Ok(Llama {
+            config: cfg.clone(),
+            embed_tokens,
+            layers,
+            norm: norm("model.norm")?,
+            lm_head,
+            rotary,
+            dtype,
+        })
+    }
+
+    /// A freshly initialised model of `cfg` (weights N(0, 0.02), norms ones, as transformers'
+    /// `_init_weights`), for training from scratch.
+    pub fn new(cfg: &Config, dtype: DType) -> Result<Llama> {
+        check(cfg)?;
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        let normal = |shape: &[usize]| -> Result<Tensor> {
+            Ok(Tensor::randn(shape, DType::F32)?.mul_scalar(0.02)?.to_dtype(dtype)?)
+        };
+        let lin = |out: usize, inp: usize, bias: bool| -> Result<Linear> {
+            let b = if bias { Some(Var::parameter("bias", Tensor::zeros(&[out], dtype)?)?) } else { None };
+            Ok(Linear { weight: Var::parameter("weight", normal(&[out, inp])?)?, bias: b })
+        };
+        let embed_tokens = Embedding { weight: Var::parameter("weight", normal(&[cfg.vocab_size, h])?)? };
+        let (nq, nkv, i) =
+            (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|_| {
+                Ok(LlamaLayer {
+                    input_layernorm: RmsNorm::new(h, cfg.norm_eps, dtype)?,
+                    self_attn: GroupedQueryAttention {
+                        q_proj: lin(nq, h, cfg.qkv_bias)?,
+                        k_proj: lin(nkv, h, cfg.qkv_bias)?,
+                        v_proj: lin(nkv, h, cfg.qkv_bias)?,
+                        o_proj: lin(h, nq, cfg.o_bias)?,
+                        heads: cfg.num_attention_heads,
+                        kv_heads: cfg.num_key_value_heads,
+                        head_dim: hd,
+                    },
+                    post_attention_layernorm: RmsNorm::new(h, cfg.norm_eps, dtype)?,
+                    mlp: SwiGlu {
+                        gate_proj: lin(i, h, cfg.mlp_bias)?,
+                        up_proj: lin(i, h, cfg.mlp_bias)?,
+                        down_proj: lin(h, i, cfg.mlp_bias)?,
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear { weight: embed_tokens.weight.clone(), bias: None }
+        } else {
+            lin(cfg.vocab_size, h, false)?
+        };
+        let rotary = RotaryEmbedding::new(hd, cfg.rope_theta, &cfg.rope_scaling)?;
+        Ok(Llama {
+            config: cfg.clone(),
+            embed_tokens,
+            layers,
+            norm: RmsNorm::new(h, cfg.norm_eps, dtype)?,
+            lm_head,
+            rotary,
+            dtype,
+        })
+    }
+}
+
+impl CausalLm for Llama {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>> {
+        Ok(self
+            .layers
+            .iter()
+            .map(|l| l.self_attn.new_cache(batch, capacity))
+            .collect::<eager::Result<_>>()?)
+    }
+
+    fn step(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        mut cache: Option<(&mut [StaticKvCache], &Tensor)>,
+    ) -> Result<Tensor> {
+        let mut h = self.embed_tokens.lookup(ids)?;
+        let (cos, sin) = self.rotary.cos_sin(positions, self.dtype)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let layer_cache = cache.as_mut().map(|(c, start)| (&mut c[i], *start));
+            let x = layer.input_layernorm.forward(&h)?;
+            h = h.add(&layer.self_attn.forward_with(&x, &cos, &sin, Some(mask), layer_cache)?)?;
+            h = h.add(&layer.mlp.forward(&layer.post_attention_layernorm.forward(&h)?)?)?;
+        }
+        Ok(self.lm_head.forward(&self.norm.forward(&h)?)?)
+    }
+}
+
+impl Module for Llama {
+    /// Logits `[B, T, vocab]` of token ids `[B, T]` (every position attends causally).
+    fn forward(&self, ids: &Tensor) -> eager::Result<Tensor> {
+        self.logits(ids, None).map_err(|e| crate::to_eager("Llama", e))
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        let mut v = vec![("model.embed_tokens.weight".to_string(), self.embed_tokens.weight.clone())];
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let sub = [
+                ("input_layernorm", l.input_layernorm.named_parameters()),
+                ("self_attn", l.self_attn.named_parameters()),
+                ("post_attention_layernorm", l.post_attention_layernorm.named_parameters()),
+                ("mlp", l.mlp.named_parameters()),
+            ];
+            for (name, params) in sub {
+                v.extend(params.into_iter().map(|(n, var)| (format!("{p}.{name}.{n}"), var)));
+            }
+        }
+        v.push(("model.norm.weight".to_string(), self.norm.weight.clone()));
+        if !self.config.tie_word_embeddings {
+            v.push(("lm_head.weight".to_string(), self.lm_head.weight.clone()));
+        }
+        v
+    }
+}

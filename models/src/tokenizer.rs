@@ -1,0 +1,110 @@
+//! Tokenizers of a checkpoint: `tokenizer.json` through Hugging Face's own `tokenizers` crate
+//! (the file transformers' fast tokenizers read), special tokens from
+//! `tokenizer_config.json`, and the chat template (`chat_template.jinja`, or the config's
+//! `chat_template`) rendered with minijinja as transformers renders it with jinja2.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::{io_error, ModelError, Result};
+
+pub struct Tokenizer {
+    pub inner: tokenizers::Tokenizer,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub pad_token: Option<String>,
+    pub chat_template: Option<String>,
+}
+
+/// A role and its text, as a chat template receives `messages`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Tokenizer {
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Tokenizer> {
+        let dir = dir.as_ref();
+        let file = dir.join("tokenizer.json");
+        let inner = tokenizers::Tokenizer::from_file(&file)
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", file.display())))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: Value = match std::fs::read_to_string(&cfg_path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| ModelError::Config {
+                path: cfg_path.clone(),
+                msg: format!("not valid JSON: {e}"),
+            })?,
+            Err(_) => Value::Null,
+        };
+        // A special token is a string or an object with its `content`.
+        let special = |k: &str| -> Option<String> {
+            match cfg.get(k)? {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("content").and_then(Value::as_str).map(String::from),
+                _ => None,
+            }
+        };
+        let jinja = dir.join("chat_template.jinja");
+        let chat_template = if jinja.exists() {
+            Some(std::fs::read_to_string(&jinja).map_err(io_error(&jinja))?)
+        } else {
+            cfg.get("chat_template").and_then(Value::as_str).map(String::from)
+        };
+        Ok(Tokenizer {
+            inner,
+            bos_token: special("bos_token"),
+            eos_token: special("eos_token"),
+            pad_token: special("pad_token"),
+            chat_template,
+        })
+    }
+
+    /// Token ids of `text`; `special` adds what the tokenizer's post-processor adds (BOS, …),
+    /// as transformers' `add_special_tokens=True`.
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, special).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner.decode(ids, skip_special).map_err(|e| ModelError::Tokenizer(e.to_string()))
+    }
+
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn eos_token_id(&self) -> Option<u32> {
+        self.eos_token.as_deref().and_then(|t| self.token_id(t))
+    }
+
+    pub fn pad_token_id(&self) -> Option<u32> {
+        self.pad_token.as_deref().and_then(|t| self.token_id(t))
+    }
+
+    /// The chat template rendered for `messages` (transformers' `apply_chat_template(...,
+    /// tokenize=False)`), with `bos_token`, `eos_token` and `add_generation_prompt` defined.
+    pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let template = self
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| ModelError::Template("this tokenizer has no chat template".into()))?;
+        let mut env = minijinja::Environment::new();
+        // Python's str methods (`.strip()`, `.startswith()`, …), which templates call.
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", template).map_err(|e| ModelError::Template(e.to_string()))?;
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.clone().unwrap_or_default(),
+            eos_token => self.eos_token.clone().unwrap_or_default(),
+        };
+        let tmpl = env.get_template("chat").map_err(|e| ModelError::Template(e.to_string()))?;
+        tmpl.render(ctx).map_err(|e| ModelError::Template(e.to_string()))
+    }
+}

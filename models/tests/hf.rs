@@ -1,0 +1,310 @@
+//! eager-models against transformers' own outputs for tiny random checkpoints (made and
+//! committed by tests/fixtures/make_fixtures.py): prompt logits (f32 within 1e-4 of the
+//! largest logit; bf16 within 5e-2 of it — bf16 keeps 8 bits of mantissa and both sides round
+//! at different places), greedy tokens identical (one prompt and a left-padded batch, eager,
+//! fused and compiled decode), BERT hidden states, tokenizer ids and chat template, sharded
+//! loads, the state_dict round trip, and the errors bad checkpoints give.
+
+use std::path::{Path, PathBuf};
+
+use eager::{DType, Tensor};
+use eager_models::generate::{generate, DecodeMode, GenerateOptions};
+use eager_models::tokenizer::Message;
+use eager_models::{AutoModel, ModelError, Tokenizer};
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn refs(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("ref.json")).unwrap()).unwrap()
+}
+
+fn ids_of(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn load(dir: &Path, dtype: Option<DType>) -> AutoModel {
+    AutoModel::from_dir(dir, eager::default_device(), dtype).unwrap()
+}
+
+/// The prompt's logits `[T, vocab]` as f32 values.
+fn prompt_logits(model: &AutoModel, ids: &[u32]) -> Vec<f32> {
+    let t = Tensor::from_slice(&ids.iter().map(|&i| i as i64).collect::<Vec<_>>(), &[1, ids.len()]).unwrap();
+    let lm = model.causal_lm().unwrap();
+    lm.logits(&t, None).unwrap().to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
+}
+
+/// max |a - b| / max |b|.
+fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+fn npy(path: PathBuf) -> Vec<f32> {
+    eager::io::load_npy(path).unwrap().to_vec::<f32>().unwrap()
+}
+
+fn greedy(model: &AutoModel, prompts: &[Vec<u32>], mode: DecodeMode) -> Vec<Vec<u32>> {
+    let opts = GenerateOptions { max_new_tokens: 8, mode, pad_token_id: 2, ..Default::default() };
+    generate(model.causal_lm().unwrap(), prompts, &opts, None, |_, _| {}).unwrap()
+}
+
+/// Logits and greedy tokens of one prompt; the left-padded batch's greedy tokens too where
+/// `batch` (in bf16 a near tie may round either way on either side, so not there).
+fn check_causal(name: &str, dtype: Option<DType>, tol: f32, batch: bool) {
+    let r = refs(name);
+    let model = load(&fixture(name), dtype);
+    let prompt = ids_of(&r["prompt_ids"]);
+    let err = rel_err(&prompt_logits(&model, &prompt), &npy(fixture(name).join("ref_logits.npy")));
+    assert!(err <= tol, "{name}: logits differ from transformers' by {err} of the largest (tolerance {tol})");
+    assert_eq!(
+        greedy(&model, std::slice::from_ref(&prompt), DecodeMode::Eager)[0],
+        ids_of(&r["greedy"]),
+        "{name}: greedy tokens"
+    );
+    if batch {
+        let prompts: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+        let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+        assert_eq!(
+            greedy(&model, &prompts, DecodeMode::Eager),
+            want,
+            "{name}: left-padded batch, greedy tokens"
+        );
+    }
+}
+
+#[test]
+fn gpt2_matches_transformers() {
+    check_causal("gpt2", None, 1e-4, true);
+}
+
+#[test]
+fn llama_matches_transformers() {
+    check_causal("llama", None, 1e-4, true);
+}
+
+#[test]
+fn llama_gqa_llama3_rope_tied_transformers4_config_matches() {
+    check_causal("llama_gqa", None, 1e-4, true);
+}
+
+#[test]
+fn qwen2_mqa_linear_rope_biases_matches() {
+    check_causal("qwen2", None, 1e-4, true);
+}
+
+#[test]
+fn bf16_checkpoint_loads_in_bf16_and_matches() {
+    let model = load(&fixture("llama_bf16"), None);
+    assert_eq!(model.causal_lm().unwrap().config().dtype, Some(DType::BF16));
+    assert_eq!(model.module().parameters()[0].get().dtype(), DType::BF16, "loads in the checkpoint's dtype");
+    check_causal("llama_bf16", None, 5e-2, false);
+}
+
+#[test]
+fn cast_on_load_to_f32_and_bf16() {
+    let r = refs("llama");
+    let prompt = ids_of(&r["prompt_ids"]);
+    let reference = npy(fixture("llama").join("ref_logits.npy"));
+    let as_bf16 = load(&fixture("llama"), Some(DType::BF16));
+    assert_eq!(as_bf16.module().parameters()[0].get().dtype(), DType::BF16);
+    let err = rel_err(&prompt_logits(&as_bf16, &prompt), &reference);
+    assert!(err <= 5e-2 && err > 0.0, "f32 checkpoint cast to bf16: error {err}");
+    let bf16_as_f32 = load(&fixture("llama_bf16"), Some(DType::F32));
+    let err =
+        rel_err(&prompt_logits(&bf16_as_f32, &prompt), &npy(fixture("llama_bf16").join("ref_logits.npy")));
+    assert!(err <= 5e-2, "bf16 checkpoint cast to f32: error {err}");
+}
+
+#[test]
+fn every_decode_mode_gives_the_same_greedy_tokens() {
+    let r = refs("llama_gqa");
+    let model = load(&fixture("llama_gqa"), None);
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
+        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
+    }
+}
+
+#[test]
+fn sharded_checkpoint_loads_as_the_single_file() {
+    let r = refs("llama");
+    let prompt = ids_of(&r["prompt_ids"]);
+    let sharded = load(&fixture("llama_sharded"), None);
+    let err = rel_err(&prompt_logits(&sharded, &prompt), &npy(fixture("llama").join("ref_logits.npy")));
+    assert!(err <= 1e-4, "sharded: {err}");
+}
+
+#[test]
+fn bert_hidden_states_match_transformers() {
+    let r = refs("bert");
+    let rows = |k: &str| -> (Vec<i64>, usize, usize) {
+        let a = r[k].as_array().unwrap();
+        let flat: Vec<i64> =
+            a.iter().flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect();
+        (flat, a.len(), a[0].as_array().unwrap().len())
+    };
+    let (ids, b, t) = rows("input_ids");
+    let (mask, _, _) = rows("attention_mask");
+    let AutoModel::Bert(bert) = load(&fixture("bert"), None) else { panic!("bert loads as Bert") };
+    let ids = Tensor::from_slice(&ids, &[b, t]).unwrap();
+    let mask = Tensor::from_slice(&mask, &[b, t]).unwrap();
+    let hidden = bert.encode(&ids, Some(&mask), None).unwrap().to_vec::<f32>().unwrap();
+    let err = rel_err(&hidden, &npy(fixture("bert").join("ref_hidden.npy")));
+    assert!(err <= 1e-4, "bert last_hidden_state: {err}");
+}
+
+#[test]
+fn tokenizer_matches_transformers() {
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("tokenizer_ref.json")).unwrap()).unwrap();
+    let tok = Tokenizer::from_dir(fixture("llama")).unwrap();
+    for ((text, ids), decoded) in r["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(r["ids"].as_array().unwrap())
+        .zip(r["decoded"].as_array().unwrap())
+    {
+        let got = tok.encode(text.as_str().unwrap(), true).unwrap();
+        assert_eq!(got, ids_of(ids), "ids of {text}");
+        assert_eq!(tok.decode(&got, false).unwrap(), decoded.as_str().unwrap());
+    }
+    assert_eq!(tok.eos_token.as_deref(), r["eos"].as_str());
+    assert_eq!(tok.pad_token.as_deref(), r["pad"].as_str());
+    assert_eq!(tok.eos_token_id(), Some(1));
+    let messages: Vec<Message> = serde_json::from_value(r["messages"].clone()).unwrap();
+    assert_eq!(tok.apply_chat_template(&messages, true).unwrap(), r["chat"].as_str().unwrap());
+}
+
+#[test]
+fn state_dict_round_trips_through_save_pretrained() {
+    let model = load(&fixture("qwen2"), None);
+    let dir = tempfile::tempdir().unwrap();
+    eager_models::save::save_pretrained(model.module(), model.config(), dir.path(), Some(&fixture("qwen2")))
+        .unwrap();
+    let names_in = eager_models::weights::Weights::open(fixture("qwen2")).unwrap().shapes();
+    let names_out = eager_models::weights::Weights::open(dir.path()).unwrap().shapes();
+    assert_eq!(names_in, names_out, "the same Hugging Face names and shapes");
+    let again = load(dir.path(), None);
+    let prompt = ids_of(&refs("qwen2")["prompt_ids"]);
+    assert_eq!(prompt_logits(&again, &prompt), prompt_logits(&model, &prompt));
+}
+
+#[test]
+fn sampling_is_seeded_and_stops_at_stop_tokens() {
+    let model = load(&fixture("llama"), None);
+    let lm = model.causal_lm().unwrap();
+    let prompt = vec![ids_of(&refs("llama")["prompt_ids"])];
+    let opts = GenerateOptions {
+        max_new_tokens: 12,
+        temperature: 1.5,
+        top_k: Some(50),
+        top_p: Some(0.9),
+        seed: 7,
+        ..Default::default()
+    };
+    let a = generate(lm, &prompt, &opts, None, |_, _| {}).unwrap();
+    let b = generate(lm, &prompt, &opts, None, |_, _| {}).unwrap();
+    assert_eq!(a, b, "one seed, one sample");
+    let c = generate(lm, &prompt, &GenerateOptions { seed: 8, ..opts.clone() }, None, |_, _| {}).unwrap();
+    assert_ne!(a, c, "another seed, another sample (12 tokens at temperature 1.5)");
+    // Stopping at the third sampled token: it is the last one.
+    let stop = a[0][2];
+    let first = a[0].iter().position(|&t| t == stop).unwrap();
+    let mut streamed = Vec::new();
+    let d =
+        generate(lm, &prompt, &GenerateOptions { stop_tokens: vec![stop], ..opts.clone() }, None, |_, t| {
+            streamed.push(t)
+        })
+        .unwrap();
+    assert_eq!(d[0], a[0][..=first].to_vec());
+    assert_eq!(streamed, d[0], "every token streamed as it came");
+    // top_k 1 is greedy.
+    let greedy_ref = ids_of(&refs("llama")["greedy"]);
+    let k1 = generate(
+        lm,
+        &prompt,
+        &GenerateOptions { top_k: Some(1), top_p: None, max_new_tokens: 8, ..opts },
+        None,
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(k1[0], greedy_ref);
+}
+
+/// A copy of a fixture whose files a test may break.
+fn copy_fixture(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(fixture(name)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    dir
+}
+
+fn load_err(dir: &Path) -> ModelError {
+    match AutoModel::from_dir(dir, eager::default_device(), None) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn bad_checkpoints_give_clear_errors() {
+    // A missing tensor.
+    let dir = copy_fixture("llama");
+    let file = dir.path().join("model.safetensors");
+    let tensors: Vec<(String, Tensor)> = eager::io::load_safetensors(&file)
+        .unwrap()
+        .into_iter()
+        .filter(|(n, _)| n != "model.layers.1.mlp.up_proj.weight")
+        .collect();
+    eager::io::save_safetensors(&file, &tensors).unwrap();
+    let e = load_err(dir.path());
+    assert!(
+        matches!(&e, ModelError::MissingTensor { name, .. } if name == "model.layers.1.mlp.up_proj.weight"),
+        "{e}"
+    );
+    // A shape that disagrees with the config.
+    let dir = copy_fixture("llama");
+    let path = dir.path().join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cfg["intermediate_size"] = 48.into();
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let e = load_err(dir.path());
+    assert!(
+        matches!(&e, ModelError::ShapeMismatch { expected, found, .. } if expected == &vec![48, 32] && found == &vec![64, 32]),
+        "{e}"
+    );
+    // An unknown architecture.
+    cfg["model_type"] = "mamba".into();
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let e = load_err(dir.path());
+    assert!(matches!(&e, ModelError::Unsupported(m) if m.contains("mamba")), "{e}");
+    // A rope type it does not implement.
+    let dir = copy_fixture("qwen2");
+    let path = dir.path().join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cfg["rope_parameters"]["rope_type"] = "yarn".into();
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let e = load_err(dir.path());
+    assert!(e.to_string().contains("rope type `yarn` is not supported"), "{e}");
+    // A truncated weights file.
+    let dir = copy_fixture("gpt2");
+    let file = dir.path().join("model.safetensors");
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() - 1000]).unwrap();
+    let e = load_err(dir.path());
+    assert!(
+        matches!(&e, ModelError::Weights { msg, .. } if msg.contains("not a complete safetensors file")),
+        "{e}"
+    );
+    // No weights at all.
+    std::fs::remove_file(&file).unwrap();
+    assert!(matches!(load_err(dir.path()), ModelError::Weights { .. }));
+}
