@@ -33,7 +33,8 @@ fn child_runs_ops() -> Result<()> {
     let before = wait.map(|n| {
         eager::devices(DeviceKind::Cpu).expect("the CPU runtime starts");
         let start = std::time::Instant::now();
-        while eager::runtime::preloaded() < n && start.elapsed().as_secs() < 60 {
+        // A guard against a hang, not a claim about speed: the count is what is checked.
+        while eager::runtime::preloaded() < n && start.elapsed().as_secs() < 300 {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         eager::runtime::preloaded()

@@ -248,7 +248,8 @@ def test_restart_resets_the_count_and_shutdown_leaves_no_process():
         kids = child_pids(pid)
         assert kids, "the kernel runs cells in a child process"
         km.shutdown_kernel(now=False)
-        deadline = time.time() + 15
+        # A guard against a hang, not a claim about speed.
+        deadline = time.time() + 60
         while time.time() < deadline and any(alive(p) for p in [pid, *kids]):
             time.sleep(0.2)
         assert not any(alive(p) for p in [pid, *kids]), "a kernel process outlived shutdown"
