@@ -186,7 +186,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
 
     let mut kernel = Kernel { iopub: iopub_tx, current, session, running, count: 0, history: Vec::new() };
     loop {
-        let msg = match shell_rx.read().await {
+        let msg = match read_shell(&mut shell_rx).await {
             Ok(m) => m,
             // A bad or missing signature (or a malformed message): never run it.
             Err(e) => {
@@ -540,6 +540,43 @@ fn read_rustc_version() -> String {
 }
 
 /// Jupyter counts cursor positions in code points; Rust strings index bytes.
+/// Reads a shell request as `Connection::read` does (the signature checked, a bad one an
+/// error), first giving a `history_request` the fields jupyter_client may leave out, as IPython
+/// reads them: a search without `n` returns every match, without `unique` repeats included.
+/// (The protocol crate requires them all: otherwise such a request would go unanswered.)
+async fn read_shell<S: zeromq::SocketRecv>(
+    conn: &mut zmq::Connection<S>,
+) -> std::result::Result<JupyterMessage, String> {
+    let parts = conn.socket.recv().await.map_err(|e| e.to_string())?;
+    let raw = zmq::RawMessage::from_multipart(parts, &conn.mac).map_err(|e| e.to_string())?;
+    let json =
+        |i: usize| serde_json::from_slice::<serde_json::Value>(&raw.jparts[i]).map_err(|e| e.to_string());
+    let header: jupyter_protocol::Header =
+        serde_json::from_slice(&raw.jparts[0]).map_err(|e| e.to_string())?;
+    let mut content = json(3)?;
+    if header.msg_type == "history_request" {
+        if let Some(fields) = content.as_object_mut() {
+            for (name, value) in [("output", false.into()), ("raw", true.into()), ("unique", false.into())] {
+                fields.entry(name).or_insert(value);
+            }
+            if fields.get("n").is_none_or(serde_json::Value::is_null) {
+                fields.insert("n".into(), i32::MAX.into());
+            }
+        }
+    }
+    let content = JupyterMessageContent::from_type_and_content(&header.msg_type, content)
+        .map_err(|e| format!("{}: {e}", header.msg_type))?;
+    Ok(JupyterMessage {
+        zmq_identities: raw.zmq_identities,
+        parent_header: serde_json::from_slice(&raw.jparts[1]).ok(),
+        metadata: json(2)?,
+        content,
+        buffers: raw.jparts[4..].to_vec(),
+        channel: None,
+        header,
+    })
+}
+
 /// The name asked about by a `?name` cell (a path such as `Tensor::zeros`), if it is one.
 fn help_request(code: &str) -> Option<&str> {
     let name = code.trim().strip_prefix('?')?.trim();
