@@ -232,12 +232,13 @@ def alive(pid):
 def test_restart_resets_the_count_and_shutdown_leaves_no_process():
     km, kc = start_new_kernel(kernel_name="eager", startup_timeout=STARTUP)
     try:
-        run(kc, "let a = 1;")
+        # The first cell of a fresh kernel waits for its session (as long as a start may take).
+        run(kc, "let a = 1;", timeout=STARTUP)
         content, _ = run(kc, "a + 1")
         assert content["execution_count"] == 2
         km.restart_kernel(now=False)
         kc.wait_for_ready(timeout=STARTUP)
-        content, outputs = run(kc, "7 * 6")
+        content, outputs = run(kc, "7 * 6", timeout=STARTUP)
         assert content["execution_count"] == 1
         assert results(outputs) == ["42"]
         # The variable of the old kernel is gone.
