@@ -337,6 +337,12 @@ pub(crate) fn wait_for_ops_until(deadline: impl Into<Option<std::time::Instant>>
     }
 }
 
+/// Ops dispatched whose completion has not been seen yet (`synchronize` waits until none
+/// are): what shows that dispatch returned before the device finished, with no clock.
+pub fn ops_in_flight() -> usize {
+    profiler().in_flight.load(Ordering::Acquire)
+}
+
 /// A copy of every event still in the log, oldest first (after the ops dispatched so far
 /// finished, so that their device times are final).
 pub fn events() -> Vec<Event> {

@@ -4,45 +4,52 @@
 
 mod common;
 
-use std::time::Instant;
-
 use eager::prelude::*;
 
 #[test]
 fn an_op_returns_before_the_device_finishes_and_reads_wait() -> Result<()> {
-    // Alone: another test's ops would slow the dispatch timed here, and its tensors would
-    // join the live tensors the failure test lists.
+    // Alone: another test's ops would join the ops in flight counted here, and its tensors
+    // would join the live tensors the failure test lists.
     let _serial = common::serial();
-    // Large enough (17 GFLOP) that the device's part dwarfs a dispatch slowed by a busy machine.
-    let a = Tensor::rand(&[2048, 2048], DType::F32)?;
-    // Compile first, so that the timed dispatch is a cache hit.
+    // Slow by size (137 GFLOP: a second or more on any CPU), against the microseconds a cached
+    // dispatch takes: the product is still running when its dispatch returns.
+    let n = 4096;
+    let a = Tensor::rand(&[n, n], DType::F32)?;
+    // Compile first, so that the dispatch observed is a cache hit.
     a.matmul(&a)?.block_until_ready()?;
+    synchronize();
     let mark = profiler::next_seq();
-    let t = Instant::now();
     let c = a.matmul(&a)?;
-    let dispatched = t.elapsed();
+    let dispatched_at = profiler::now_ns();
+    let in_flight = profiler::ops_in_flight();
     let sum = c.sum_all()?.item::<f32>()?;
-    let read = t.elapsed();
-    // Dispatch took a small part of the time the result needed.
-    assert!(dispatched * 5 < read, "dispatch {dispatched:?}, read {read:?}");
-    // The reference: the same product on the host.
-    let host = a.to_ndarray::<f32>()?.into_dimensionality::<ndarray::Ix2>().unwrap();
-    let want = host.dot(&host).sum();
-    assert!((sum - want).abs() <= 1e-3 * want.abs(), "{sum} vs {want}");
-    // The profiler reports the device time of the matmul, not the microseconds to enqueue it.
+    let read_at = profiler::now_ns();
+    // The dispatch returned with the product still queued on the device.
+    assert!(in_flight >= 1, "the product had finished on the device when its dispatch returned");
+    // The reference, on the host: sum(A A) = sum over k of (column k's sum) * (row k's sum).
+    let host = a.to_vec::<f32>()?;
+    let (mut col, mut row) = (vec![0.0f64; n], vec![0.0f64; n]);
+    for (at, &v) in host.iter().enumerate() {
+        col[at % n] += v as f64;
+        row[at / n] += v as f64;
+    }
+    let want: f64 = col.iter().zip(&row).map(|(c, r)| c * r).sum();
+    assert!(((sum as f64) - want).abs() <= 1e-3 * want.abs(), "{sum} vs {want}");
+    // The profiler books the device time of the matmul, not the microseconds to enqueue it:
+    // its span ends after the dispatch returned (an enqueue time would end before), and no
+    // later than the read that waited for it.
     let events = profiler::events_since(mark);
-    // (Measured after the completion callbacks ran: on a busy machine they may run late.)
-    let everything = t.elapsed();
+    let settled_at = profiler::now_ns();
     let mm = events.iter().find(|e| e.name() == "matmul").expect("matmul recorded");
     assert!(
-        mm.execute_ns as u128 > 5 * dispatched.as_nanos(),
-        "execute {} ns, dispatch {dispatched:?}",
-        mm.execute_ns
+        mm.end_ns() > dispatched_at,
+        "the matmul's span ends at {} ns, before its dispatch returned ({dispatched_at} ns): {mm:?}",
+        mm.end_ns()
     );
     assert!(
-        (mm.execute_ns as u128) < everything.as_nanos(),
-        "execute {} ns, all {everything:?}",
-        mm.execute_ns
+        mm.end_ns() <= settled_at,
+        "span end {} ns, read at {read_at} ns, settled {settled_at} ns",
+        mm.end_ns()
     );
     Ok(())
 }
@@ -91,13 +98,17 @@ fn a_device_failure_is_reported_on_read_naming_the_op() -> Result<()> {
 #[test]
 fn synchronize_waits_for_every_pending_op() -> Result<()> {
     let _serial = common::serial();
-    let a = Tensor::rand(&[512, 512], DType::F32)?;
+    let a = Tensor::rand(&[2048, 2048], DType::F32)?;
+    a.matmul(&a)?.block_until_ready()?;
+    // Eight products of 17 GFLOP each, queued: seconds of device work.
     let mut outs = Vec::new();
     for _ in 0..8 {
         outs.push(a.matmul(&a)?);
     }
+    assert!(profiler::ops_in_flight() >= 1, "the products finished before synchronize was called");
     synchronize();
-    // Every result is ready: reading it now is quick and right.
+    // Only synchronize brings the count to 0 here: nothing was read.
+    assert_eq!(profiler::ops_in_flight(), 0, "synchronize returned with ops in flight");
     let first = outs[0].to_vec::<f32>()?;
     for o in &outs[1..] {
         assert_eq!(o.to_vec::<f32>()?, first);

@@ -465,8 +465,35 @@ fn value_of_with_gradient_of(a: Tensor, b: Tensor) -> Result<Tensor> {
     a.detach().add(&b.sub(&b.detach())?)
 }
 
+/// Runs the gradient check on `f`; the message of the mismatch it reports, or why there is none
+/// (it passed, or it failed some other way: a forward or backward error is no catch).
+fn reported_mismatch(
+    name: &str,
+    tol: Tol,
+    f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+    inputs: Vec<ArrayD<f64>>,
+) -> std::result::Result<String, String> {
+    let caught =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_gradients_tol(name, tol, f, inputs)));
+    let payload = match caught {
+        Ok(()) => return Err("the gradient check passed".into()),
+        Err(p) => p,
+    };
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    // The comparison's own report: an analytic derivative against its finite difference.
+    if message.contains(": d/d input ") && message.contains(", finite differences give ") {
+        Ok(message)
+    } else {
+        Err(format!("failed, but not on a gradient difference: {message}"))
+    }
+}
+
 /// The gradient check catches wrong rules: each function computes an op's value but carries a
-/// plausible wrong gradient, and the check must fail on it.
+/// plausible wrong gradient, and the check must report the difference itself.
 #[test]
 fn deliberately_broken_gradient_rules_are_caught() {
     let _serial = common::serial();
@@ -483,14 +510,19 @@ fn deliberately_broken_gradient_rules_are_caught() {
         }
         x.sub(&mean)?.mul(&var.add_scalar(1e-5)?.rsqrt()?)
     };
-    let cases: Vec<(&str, Broken, Vec<ArrayD<f64>>)> = vec![
+    // Casts round through f32: checked with the tolerance of `cast_through_f32_and_fill`.
+    let f32_tol = Tol { eps: 1e-2, rtol: 1e-4, atol: 1e-5 };
+    let cast = |x: &Tensor| x.to_dtype(DType::F32)?.to_dtype(DType::F64);
+    let cases: Vec<(&str, Tol, Broken, Vec<ArrayD<f64>>)> = vec![
         (
             "max_pool2d sending the gradient to every element of the window",
+            F64,
             Box::new(move |a| value_of_with_gradient_of(pool(&a[0])?, spread(&a[0])?)),
             vec![uniform(&mut rng, &[1, 2, 4, 4], -2.0, 2.0)],
         ),
         (
             "conv2d with the flipped kernel's gradients",
+            F64,
             Box::new(move |a| {
                 value_of_with_gradient_of(conv(&a[0], &a[1])?, conv(&a[0], &a[1].flip(&[2, 3])?)?)
             }),
@@ -498,24 +530,45 @@ fn deliberately_broken_gradient_rules_are_caught() {
         ),
         (
             "cumsum passing the gradient straight through",
+            F64,
             Box::new(|a| value_of_with_gradient_of(a[0].cumsum(1)?, a[0].clone())),
             vec![uniform(&mut rng, &[2, 4], -1.0, 1.0)],
         ),
         (
             "sort not permuting the gradient back",
+            F64,
             Box::new(|a| value_of_with_gradient_of(a[0].sort(1, false)?.0, a[0].clone())),
             vec![distinct(&mut rng, &[2, 4])],
         ),
         (
             "batch statistics treated as constants",
+            F64,
             Box::new(move |a| value_of_with_gradient_of(normalise(&a[0], false)?, normalise(&a[0], true)?)),
             vec![uniform(&mut rng, &[3, 2, 2], -2.0, 2.0)],
         ),
+        (
+            "matmul whose gradients miss a transpose",
+            F64,
+            Box::new(|a| value_of_with_gradient_of(a[0].matmul(&a[1])?, a[0].matmul(&a[1].t()?)?)),
+            vec![uniform(&mut rng, &[2, 3], -1.0, 1.0), uniform(&mut rng, &[3, 3], -1.0, 1.0)],
+        ),
+        (
+            "mean passing the gradient on undivided (as sum)",
+            F64,
+            Box::new(|a| value_of_with_gradient_of(a[0].mean(&[1], false)?, a[0].sum(&[1], false)?)),
+            vec![uniform(&mut rng, &[2, 4], -1.0, 1.0)],
+        ),
+        (
+            "a float cast dropping the gradient (as an integer cast does)",
+            f32_tol,
+            Box::new(move |a| value_of_with_gradient_of(cast(&a[0])?, a[0].mul_scalar(0.0)?)),
+            vec![uniform(&mut rng, &[2, 3], -2.0, 2.0)],
+        ),
     ];
-    for (name, f, inputs) in cases {
-        let caught =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_gradients(name, &f, inputs)));
-        assert!(caught.is_err(), "{name}: the gradient check passed a wrong rule");
+    for (name, tol, f, inputs) in cases {
+        if let Err(why) = reported_mismatch(name, tol, &f, inputs) {
+            panic!("{name}: the wrong rule was not caught as a gradient difference: {why}");
+        }
     }
 }
 

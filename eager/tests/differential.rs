@@ -895,19 +895,18 @@ fn conv_cases(s: &mut Suite, rng: &mut StdRng) {
     ];
     for &(xs, ws, stride, pad, dil, groups) in cases {
         let ns = xs.len() - 2;
-        if pad.is_none() && stride != 1 {
-            continue;
-        }
-        // torch's "same": the total padding dil * (k - 1), the odd element after.
-        let pads: Vec<[usize; 2]> = (0..ns)
-            .map(|d| match pad {
-                Some(p) => [p, p],
-                None => {
+        // torch's "same": the total padding dil * (k - 1), the odd element after. With a
+        // stride torch refuses it, and so must eager: the reference is told "same" and refuses.
+        let pads: Value = match pad {
+            None if stride != 1 => json!("same"),
+            Some(p) => json!(vec![[p, p]; ns]),
+            None => json!((0..ns)
+                .map(|d| {
                     let t = dil * (ws[2 + d] - 1);
                     [t / 2, t - t / 2]
-                }
-            })
-            .collect();
+                })
+                .collect::<Vec<_>>()),
+        };
         let attrs =
             json!({"stride": vec![stride; ns], "padding": pads, "dilation": vec![dil; ns], "groups": groups});
         let op = if ns == 1 { "conv1d" } else { "conv2d" };
@@ -1272,11 +1271,33 @@ fn deliberately_broken_rules_are_caught() {
         t[0].matmul(&t[1].transpose(-2, -1)?)?.softmax(-1)?.matmul(&t[2]) // unscaled, not causal
     });
     s.note("no 1/sqrt(d), no causal mask");
+    let (a, b) = (f32s(rng, &[3, 5]), f32s(rng, &[5, 5]));
+    s.add("matmul", json!({}), vec![a, b], DType::F32, EXACT, |t| t[0].matmul(&t[1].t()?));
+    s.note("rhs read transposed");
+    let x = f32s(rng, &[3, 4]);
+    s.add("mean", json!({"dims": [1], "keepdim": false}), vec![x], DType::F32, EXACT, |t| {
+        t[0].sum(&[1], false)?.mul_scalar(1.0 / 3.0)
+    });
+    s.note("divides by n - 1");
+    let x = draw(rng, DType::F32, &[2, 5], Draw::Range(-100.0, 100.0));
+    s.add("cast", json!({"to": np_name(DType::I32)}), vec![x], DType::I32, EXACT, |t| {
+        t[0].round()?.to_dtype(DType::I32)
+    });
+    s.note("rounds to nearest, not toward zero");
     let cases = s.cases;
     let (failures, _) = differences(&cases);
-    let caught: Vec<usize> = failures.iter().map(|(i, _)| *i).collect();
-    let missed: Vec<&str> =
-        cases.iter().enumerate().filter(|(i, _)| !caught.contains(i)).map(|(_, c)| c.note.as_str()).collect();
+    // Each must be caught by the comparison of values (an error, or a shape or dtype that
+    // differs, would be a catch for another reason).
+    let mut missed = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        match failures.iter().find(|(f, _)| *f == i) {
+            None => missed.push(format!("{}: passed", c.note)),
+            Some((_, why)) if !why.contains(": element ") || !why.contains(", expected ") => {
+                missed.push(format!("not caught as a value difference: {why}"))
+            }
+            Some(_) => {}
+        }
+    }
     assert!(missed.is_empty(), "broken rules the suite did not catch: {missed:#?}");
 }
 

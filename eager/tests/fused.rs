@@ -108,6 +108,46 @@ fn a_training_loop_in_regions_equals_the_eager_loop_and_compiles_once() -> Resul
     Ok(())
 }
 
+/// Fused steps against host math: least squares trained by SGD, each step (forward, backward
+/// and update) one program, its loss and the weights after it as the host computes them.
+#[test]
+fn fused_training_steps_match_host_math() -> Result<()> {
+    use eager::optim::{Optimizer, Sgd};
+    let _serial = common::serial();
+    let dims @ (n, k, o) = (8, 6, 4);
+    let f32_of = |v: &[f64]| common::as_f32(v).into_iter().map(f64::from).collect::<Vec<_>>();
+    let (xh, th) = (f32_of(&common::fixed_values(n * k, 4)), f32_of(&common::fixed_values(n * o, 5)));
+    let mut host_w = f32_of(&common::fixed_values(k * o, 6));
+    let x = Tensor::from_slice(&common::as_f32(&xh), &[n, k])?;
+    let t = Tensor::from_slice(&common::as_f32(&th), &[n, o])?;
+    let w = Var::parameter("w", Tensor::from_slice(&common::as_f32(&host_w), &[k, o])?)?;
+    let lr = 0.1;
+    let sgd = Sgd::new(vec![w.clone()], lr);
+    let mark = profiler::next_seq();
+    for step in 0..3 {
+        let loss = eager::fused(|| -> Result<Tensor> {
+            let loss = eager::nn::mse(&x.matmul(&w.get())?, &t)?;
+            loss.backward()?;
+            sgd.step()?;
+            sgd.zero_grad();
+            Ok(loss)
+        })?;
+        let (want_loss, grad) = common::host_least_squares(&xh, &host_w, &th, dims);
+        common::assert_all_close(
+            &format!("loss at step {step}"),
+            &[loss.item::<f32>()? as f64],
+            &[want_loss],
+            1e-5,
+            1e-6,
+        );
+        host_w.iter_mut().zip(&grad).for_each(|(p, g)| *p -= lr * g);
+        let got: Vec<f64> = values(&w.get()).into_iter().map(f64::from).collect();
+        common::assert_all_close(&format!("weights after step {step}"), &got, &host_w, 1e-5, 1e-6);
+    }
+    assert_eq!(fused_programs(mark), 3, "one program per step");
+    Ok(())
+}
+
 #[test]
 fn a_read_inside_a_region_runs_what_was_recorded_and_recording_goes_on() -> Result<()> {
     let _serial = common::serial();

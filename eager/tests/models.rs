@@ -111,10 +111,18 @@ fn batch_norm_errors_name_the_op_and_shapes() -> Result<()> {
     assert!(err.contains("batch_norm") && err.contains("[2, 4, 2, 2]") && err.contains("[3]"), "{err}");
     let err = bn.forward(&Tensor::zeros(&[1, 3, 1, 1], DType::F32)?).unwrap_err().to_string();
     assert!(err.contains("more than 1 value per channel"), "{err}");
+    // One value is fine in evaluation: normalised by the fresh running statistics (mean 0,
+    // variance 1), zeros stay zeros.
     bn.eval();
-    assert!(
-        bn.forward(&Tensor::zeros(&[1, 3, 1, 1], DType::F32)?).is_ok(),
-        "one value is fine in evaluation"
+    let y = bn.forward(&Tensor::from_slice(&[0.0f32, 2.0, -3.0], &[1, 3, 1, 1])?)?;
+    assert_eq!(y.shape(), &[1, 3, 1, 1]);
+    let scale = 1.0 / (1.0f64 + 1e-5).sqrt();
+    common::assert_all_close(
+        "one value in evaluation",
+        &values(&y),
+        &[0.0, 2.0 * scale, -3.0 * scale],
+        1e-6,
+        1e-7,
     );
     Ok(())
 }

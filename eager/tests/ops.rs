@@ -1035,7 +1035,11 @@ fn display_like_torch() -> Result<()> {
     );
     assert_eq!(
         show(Tensor::from_vec(vec![-1.5f32, 1e-5])?),
-        format!("tensor([-1.5000e0, 1.0000e-5], shape=[2], dtype=f32, device={dev})")
+        format!("tensor([-1.5000e+00,  1.0000e-05], shape=[2], dtype=f32, device={dev})")
+    );
+    assert_eq!(
+        show(Tensor::from_vec(vec![1e10f64, 1.0])?),
+        format!("tensor([1.0000e+10, 1.0000e+00], shape=[2], dtype=f64, device={dev})")
     );
 
     // Over 1000 elements: three at each end of each dim, `...` between.

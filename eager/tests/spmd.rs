@@ -189,6 +189,31 @@ fn gradients_flow_through_sharded_ops() -> Result<()> {
     Ok(())
 }
 
+/// A sharded gradient against host math: least squares with the batch split over "data" and
+/// the weight's columns over "model" (the gradient sums the batch's halves across devices).
+#[test]
+fn a_sharded_gradient_matches_host_math() -> Result<()> {
+    let _serial = common::serial();
+    let m = mesh();
+    let dims @ (n, k, o) = (8, 6, 4);
+    let (xh, wh, th) =
+        (common::fixed_values(n * k, 1), common::fixed_values(k * o, 2), common::fixed_values(n * o, 3));
+    let rows = P::new(&[Some("data")]);
+    let x = Tensor::from_slice(&common::as_f32(&xh), &[n, k])?.shard(&m, &rows)?;
+    let t = Tensor::from_slice(&common::as_f32(&th), &[n, o])?.shard(&m, &rows)?;
+    let w = Tensor::from_slice(&common::as_f32(&wh), &[k, o])?
+        .shard(&m, &P::new(&[None, Some("model")]))?
+        .set_requires_grad(true)?;
+    let loss = nn::mse(&x.matmul(&w)?, &t)?;
+    loss.backward()?;
+    let f32_of = |v: &[f64]| common::as_f32(v).into_iter().map(f64::from).collect::<Vec<_>>();
+    let (want_loss, want_grad) = common::host_least_squares(&f32_of(&xh), &f32_of(&wh), &f32_of(&th), dims);
+    common::assert_all_close("sharded loss", &[loss.item::<f32>()? as f64], &[want_loss], 1e-5, 1e-6);
+    let grad: Vec<f64> = values(&w.grad().expect("w has a gradient")).into_iter().map(f64::from).collect();
+    common::assert_all_close("sharded gradient", &grad, &want_grad, 1e-5, 1e-6);
+    Ok(())
+}
+
 #[test]
 fn bad_meshes_and_specs_are_clear_errors() -> Result<()> {
     let _serial = common::serial();
@@ -435,7 +460,7 @@ fn every_collective(a: &[Tensor]) -> Result<Vec<Tensor>> {
 fn collectives_inside_a_compiled_function_equal_their_eager_form() -> Result<()> {
     let _serial = common::serial();
     let m = mesh();
-    let (_, x) = rows_over_data(&m)?;
+    let (host, x) = rows_over_data(&m)?;
     let want = every_collective(std::slice::from_ref(&x))?;
 
     let f = eager::compile("every_collective", every_collective);
@@ -466,15 +491,32 @@ fn collectives_inside_a_compiled_function_equal_their_eager_form() -> Result<()>
         assert!(collectives.iter().any(|c| c.starts_with(kind)), "no {kind} in {collectives:?}");
     }
 
-    // Gradients through collectives in a compiled function equal the eager ones.
+    // Gradients through collectives: against the hand-made reference below, and in a compiled
+    // function equal to the eager ones. A scale `c` that differs per block after the swap makes
+    // the permutation's gradient matter (a plain sum of the blocks would not see it).
     let w = Var::parameter("w", Tensor::randn(&[4, 6], DType::F32)?.shard(&m, &P::new(&[Some("data")]))?)?;
+    let c_host: Vec<f32> = (0..24).map(|i| 0.5 + i as f32 / 8.0).collect();
+    let c = Tensor::from_slice(&c_host, &[4, 6])?.shard(&m, &P::new(&[Some("data")]))?;
     let loss_of = |x: &Tensor| -> Result<Tensor> {
-        let mixed = w.get().mul(x)?.ppermute("data", &[(0, 1), (1, 0)])?;
+        let mixed = w.get().mul(x)?.ppermute("data", &[(0, 1), (1, 0)])?.mul(&c)?;
         let summed = mixed.all_reduce("data", eager::Reduction::Sum)?;
         summed.mul(&summed)?.sum_all()
     };
     loss_of(&x)?.backward()?;
     let eager_grad = values(&w.grad().expect("w has a gradient"));
+    // The reference, by hand: the swap puts block 1 of w * x at position 0 and block 0 at 1,
+    // each scaled by that position's block of c; the sum S = c0 * B1 + c1 * B0 is whole on
+    // both, and the loss sum(S^2) sends 2 S back through the scale of each block's position.
+    let (wh, ch) = (values(&w.get()), values(&c));
+    let s: Vec<f32> =
+        (0..12).map(|j| ch[j] * wh[12 + j] * host[12 + j] + ch[12 + j] * wh[j] * host[j]).collect();
+    let by_hand: Vec<f64> = (0..12)
+        .map(|j| 2.0 * s[j] * ch[12 + j] * host[j])
+        .chain((0..12).map(|j| 2.0 * s[j] * ch[j] * host[12 + j]))
+        .map(f64::from)
+        .collect();
+    let eager64: Vec<f64> = eager_grad.iter().copied().map(f64::from).collect();
+    common::assert_all_close("gradient through ppermute and all_reduce", &eager64, &by_hand, 1e-5, 1e-4);
     w.zero_grad();
     let step = eager::compile("collective_grad", |a: &[Tensor]| {
         loss_of(&a[0])?.backward()?;

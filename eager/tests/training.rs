@@ -350,7 +350,7 @@ fn adam_adamw_and_sgd_updates_against_the_host() -> Result<()> {
 }
 
 /// A small CNN (Conv2d, MaxPool2d, AvgPool2d, Flatten, Linear) learns to tell a bright
-/// top half from a bright bottom half; the Conv2d layer is conv2d plus its bias.
+/// top half from a bright bottom half; the Conv2d layer computes what a direct loop does.
 #[test]
 fn a_small_cnn_learns_and_conv2d_adds_its_bias() -> Result<()> {
     use eager::nn::{AvgPool2d, Conv2d, Flatten, MaxPool2d};
@@ -358,12 +358,30 @@ fn a_small_cnn_learns_and_conv2d_adds_its_bias() -> Result<()> {
     manual_seed(SEED);
     let conv = Conv2d::with_options(1, 4, [3, 3], [1, 1], Padding::Same, [1, 1], 1, true, DType::F32)?;
     let x = Tensor::randn(&[2, 1, 8, 8], DType::F32)?;
-    let want = x
-        .conv2d(&conv.weight.get(), [1, 1], Padding::Same, [1, 1], 1)?
-        .add(&conv.bias.as_ref().unwrap().get().reshape(&[4, 1, 1])?)?;
     let got = conv.forward(&x)?;
     assert_eq!(got.shape(), &[2, 4, 8, 8]);
-    assert_eq!(got.to_vec::<f32>()?, want.to_vec::<f32>()?);
+    // The reference: a direct loop on the host, torch's cross-correlation with a zero border
+    // of 1 ("same" for 3x3) and the bias of each output channel.
+    let (xs, ws) = (x.to_f64_vec()?, conv.weight.get().to_f64_vec()?);
+    let bias = conv.bias.as_ref().unwrap().get().to_f64_vec()?;
+    let mut want = vec![0.0f64; 2 * 4 * 8 * 8];
+    for n in 0..2 {
+        for o in 0..4 {
+            for i in 0..8 {
+                for j in 0..8 {
+                    let mut acc = bias[o];
+                    for (ky, kx) in (0..3).flat_map(|ky| (0..3).map(move |kx| (ky, kx))) {
+                        let (r, c) = (i as isize + ky as isize - 1, j as isize + kx as isize - 1);
+                        if (0..8).contains(&r) && (0..8).contains(&c) {
+                            acc += xs[n * 64 + r as usize * 8 + c as usize] * ws[o * 9 + ky * 3 + kx];
+                        }
+                    }
+                    want[((n * 4 + o) * 8 + i) * 8 + j] = acc;
+                }
+            }
+        }
+    }
+    common::assert_all_close("Conv2d forward", &got.to_f64_vec()?, &want, 1e-5, 1e-5);
     let bound = 1.0 / 3.0; // 1 / sqrt(1 * 3 * 3)
     assert!(conv.weight.get().to_vec::<f32>()?.iter().all(|w| w.abs() <= bound));
 

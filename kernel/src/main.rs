@@ -20,7 +20,7 @@ use jupyter_protocol::{
     ClearOutput, CodeMirrorMode, CommInfoReply, CompleteReply, ConnectionInfo, DisplayData, ErrorOutput,
     ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount, HelpLink, HistoryEntry, HistoryReply,
     HistoryRequest, InspectReply, InterruptReply, IsCompleteReply, IsCompleteReplyStatus, JupyterMessage,
-    JupyterMessageContent, KernelInfoReply, LanguageInfo, Media, MediaType, ReplyError, ReplyStatus,
+    JupyterMessageContent, KernelInfoReply, LanguageInfo, Media, MediaType, Payload, ReplyError, ReplyStatus,
     ShutdownReply, Status, StreamContent, Transient, UpdateDisplayData,
 };
 use jupyter_zmq_client as zmq;
@@ -186,7 +186,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
 
     let mut kernel = Kernel { iopub: iopub_tx, current, session, running, count: 0, history: Vec::new() };
     loop {
-        let msg = match shell_rx.read().await {
+        let msg = match read_shell(&mut shell_rx).await {
             Ok(m) => m,
             // A bad or missing signature (or a malformed message): never run it.
             Err(e) => {
@@ -334,6 +334,9 @@ impl Kernel {
                 .iopub
                 .send(ExecuteInput { code: code.to_string(), execution_count: count }.as_child_of(msg));
         }
+        if let Some(name) = help_request(code) {
+            return self.page_docs(msg, name, count).await;
+        }
         *self.current.lock().unwrap() = Some(msg.clone());
         self.running.store(self.count as u64 + 1, Ordering::SeqCst);
         let cell = code.to_string();
@@ -390,6 +393,28 @@ impl Kernel {
         }
     }
 
+    /// `?name`, as in IPython: the docs of `name` (what inspecting it shows) in the pager, as a
+    /// `page` payload of the reply; the cell runs nothing.
+    async fn page_docs(&mut self, msg: &JupyterMessage, name: &str, count: ExecutionCount) -> ExecuteReply {
+        let (text, end) = (name.to_string(), name.len());
+        let docs = self.on_session(move |s| s.hover(&text, end)).await.ok().flatten();
+        let payload = match docs {
+            Some(d) => vec![Payload::Page { data: Media::from(MediaType::Plain(d)), start: 0 }],
+            None => {
+                let line = format!("no documentation found for `{name}`\n");
+                let _ = self.iopub.send(StreamContent::stdout(&line).as_child_of(msg));
+                vec![]
+            }
+        };
+        ExecuteReply {
+            status: ReplyStatus::Ok,
+            execution_count: count,
+            payload,
+            user_expressions: Some(Default::default()),
+            error: None,
+        }
+    }
+
     /// A cell's value is an `execute_result`; charts and meta-command output are displays.
     fn output(&self, o: Output, count: ExecutionCount) -> JupyterMessageContent {
         let has_image = o.data.iter().any(|(m, _)| m.starts_with("image/"));
@@ -430,12 +455,19 @@ impl Kernel {
                 .filter(|(n, ..)| (*n as i32) >= *start && (*n as i32) < *stop)
                 .map(entry)
                 .collect(),
-            HistoryRequest::Search { pattern, n, .. } => {
-                let needle = pattern.trim_matches('*');
-                let hits: Vec<_> =
-                    self.history.iter().filter(|(_, c, _)| c.contains(needle)).map(entry).collect();
+            HistoryRequest::Search { pattern, n, unique, .. } => {
+                // As IPython: a glob over the whole input, the last `n` matches, with `unique`
+                // each input once (its latest run).
+                let mut hits: Vec<&(usize, String, String)> =
+                    self.history.iter().filter(|(_, c, _)| glob_matches(pattern, c)).collect();
+                if *unique {
+                    let mut seen = std::collections::HashSet::new();
+                    hits.reverse();
+                    hits.retain(|(_, c, _)| seen.insert(c.as_str()));
+                    hits.reverse();
+                }
                 let skip = hits.len().saturating_sub((*n).max(0) as usize);
-                hits.into_iter().skip(skip).collect()
+                hits.into_iter().skip(skip).map(entry).collect()
             }
         }
     }
@@ -508,10 +540,101 @@ fn read_rustc_version() -> String {
 }
 
 /// Jupyter counts cursor positions in code points; Rust strings index bytes.
+/// Reads a shell request as `Connection::read` does (the signature checked, a bad one an
+/// error), first giving a `history_request` the fields jupyter_client may leave out, as IPython
+/// reads them: a search without `n` returns every match, without `unique` repeats included.
+/// (The protocol crate requires them all: otherwise such a request would go unanswered.)
+async fn read_shell<S: zeromq::SocketRecv>(
+    conn: &mut zmq::Connection<S>,
+) -> std::result::Result<JupyterMessage, String> {
+    let parts = conn.socket.recv().await.map_err(|e| e.to_string())?;
+    let raw = zmq::RawMessage::from_multipart(parts, &conn.mac).map_err(|e| e.to_string())?;
+    let json =
+        |i: usize| serde_json::from_slice::<serde_json::Value>(&raw.jparts[i]).map_err(|e| e.to_string());
+    let header: jupyter_protocol::Header =
+        serde_json::from_slice(&raw.jparts[0]).map_err(|e| e.to_string())?;
+    let mut content = json(3)?;
+    if header.msg_type == "history_request" {
+        if let Some(fields) = content.as_object_mut() {
+            for (name, value) in [("output", false.into()), ("raw", true.into()), ("unique", false.into())] {
+                fields.entry(name).or_insert(value);
+            }
+            if fields.get("n").is_none_or(serde_json::Value::is_null) {
+                fields.insert("n".into(), i32::MAX.into());
+            }
+        }
+    }
+    let content = JupyterMessageContent::from_type_and_content(&header.msg_type, content)
+        .map_err(|e| format!("{}: {e}", header.msg_type))?;
+    Ok(JupyterMessage {
+        zmq_identities: raw.zmq_identities,
+        parent_header: serde_json::from_slice(&raw.jparts[1]).ok(),
+        metadata: json(2)?,
+        content,
+        buffers: raw.jparts[4..].to_vec(),
+        channel: None,
+        header,
+    })
+}
+
+/// The name asked about by a `?name` cell (a path such as `Tensor::zeros`), if it is one.
+fn help_request(code: &str) -> Option<&str> {
+    let name = code.trim().strip_prefix('?')?.trim();
+    let is_path = !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':');
+    is_path.then_some(name)
+}
+
+/// Whether `text` matches the glob `pattern` as a whole (`*` any run, `?` any one character),
+/// as IPython's history search matches.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Where a `*` was last seen in the pattern, and the text position it was tried at.
+    let (mut pi, mut ti, mut star): (usize, usize, Option<(usize, usize)>) = (0, 0, None);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            (pi, ti) = (pi + 1, ti + 1);
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            // Let the last `*` take one more character.
+            (pi, ti) = (sp + 1, st + 1);
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
 fn byte_offset(s: &str, chars: usize) -> usize {
     s.char_indices().nth(chars).map_or(s.len(), |(i, _)| i)
 }
 
 fn char_offset(s: &str, byte: usize) -> usize {
     s[..byte.min(s.len())].chars().count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_globs_match_the_whole_input() {
+        assert!(glob_matches("*1 + 2*", "1 + 2 + 3"));
+        assert!(glob_matches("let ?*", "let x = 1;"));
+        assert!(!glob_matches("1 + 2", "1 + 2 + 3"), "no implied stars");
+        assert!(!glob_matches("*z*", "1 + 2 + 3"));
+        assert!(glob_matches("a*b*c", "a-b-b-c"));
+        assert!(!glob_matches("a*b*c", "a-b-b-d"));
+    }
+
+    #[test]
+    fn help_requests_are_a_question_mark_and_a_path() {
+        assert_eq!(help_request("?Tensor::zeros"), Some("Tensor::zeros"));
+        assert_eq!(help_request("  ? Tensor \n"), Some("Tensor"));
+        assert_eq!(help_request("x?"), None, "the try operator");
+        assert_eq!(help_request("?a.b()"), None);
+        assert_eq!(help_request("?"), None);
+    }
 }

@@ -5,8 +5,9 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-/** Opens `url` (a notebook in JupyterLab), waits for the kernel and runs all cells. */
-export async function runAll(url, viewport) {
+/** Opens `url` (a notebook in JupyterLab), waits for the kernel and runs all cells; `init`, if
+ * given, runs in the page before JupyterLab's own scripts (an observer, say). */
+export async function runAll(url, viewport, init) {
   const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "eager-chromium-")), {
     executablePath: "/usr/bin/chromium",
     headless: true,
@@ -16,6 +17,7 @@ export async function runAll(url, viewport) {
   });
   const page = browser.pages()[0] ?? (await browser.newPage());
   page.setDefaultTimeout(900_000);
+  if (init) await page.addInitScript(init);
   await page.goto(url);
   await page.waitForSelector(".jp-Notebook .jp-Cell");
   // The kernel is up when the status shows Idle.

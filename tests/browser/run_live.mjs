@@ -6,8 +6,17 @@
 import { runAll, dismissNews } from "./lab.mjs";
 
 const [url, screenshot] = process.argv.slice(2);
-const { browser, page } = await runAll(url, { width: 1400, height: 1100 });
-// The bar appears when the live cell starts; sample it while the loop runs.
+// Every value the bar takes, and how many bars there are, recorded by the page itself at each
+// change of the document (no sampling: an update is seen however fast the loop runs).
+const watch = () => {
+  window.eagerBar = { values: [], most: 0 };
+  new MutationObserver(() => {
+    const bars = document.querySelectorAll(".eager-progress progress");
+    window.eagerBar.most = Math.max(window.eagerBar.most, bars.length);
+    for (const b of bars) window.eagerBar.values.push(Number(b.getAttribute("value")));
+  }).observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+};
+const { browser, page } = await runAll(url, { width: 1400, height: 1100 }, watch);
 const bar = page.locator(".eager-progress progress");
 try {
   await bar.first().waitFor({ state: "attached", timeout: 600_000 });
@@ -19,15 +28,9 @@ try {
   await browser.close();
   process.exit(1);
 }
-const seen = new Set();
-let bars = 0;
-for (let i = 0; i < 400; i++) {
-  bars = Math.max(bars, await bar.count());
-  const v = Number(await bar.first().getAttribute("value"));
-  seen.add(v);
-  if (v >= 300) break;
-  await page.waitForTimeout(25);
-}
+await page.waitForFunction(() => window.eagerBar.values.includes(300));
+const { values, most: bars } = await page.evaluate(() => window.eagerBar);
+const seen = new Set(values);
 await page.waitForSelector("text=live run: accuracy");
 await page.waitForSelector("text=Rust (eager) | Idle");
 await dismissNews(page);

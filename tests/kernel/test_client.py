@@ -4,6 +4,7 @@ displays (display_data then update_display_data with one display_id), the compil
 import os
 import pathlib
 import random
+import re
 import time
 
 import pytest
@@ -18,7 +19,10 @@ STARTUP = 900  # the first kernel of a fresh machine builds eager into its evcxr
 def kernel(tmp_path_factory):
     # A persistent compile cache of its own: the heartbeat test needs a compile, not a load of
     # what an earlier run compiled.
-    env = {**os.environ, "EAGER_COMPILE_CACHE_DIR": str(tmp_path_factory.mktemp("compiled"))}
+    # A heartbeat for every compile running at a 100 ms tick (EAGER_HEARTBEAT_MS=0), not only
+    # those past a second: the heartbeat test then needs a compile in progress, not a length.
+    env = {**os.environ, "EAGER_COMPILE_CACHE_DIR": str(tmp_path_factory.mktemp("compiled")),
+           "EAGER_HEARTBEAT_MS": "0"}
     km, kc = start_new_kernel(kernel_name="eager", startup_timeout=STARTUP, env=env)
     yield km, kc
     kc.stop_channels()
@@ -66,9 +70,18 @@ def live(outputs):
             for m in outputs if m["msg_type"] in ("display_data", "update_display_data")]
 
 
-def test_a_progress_bar_and_a_chart_update_in_place_while_the_cell_runs(kernel):
+def heartbeat(m):
+    """Whether a display message is a compile's heartbeat (shown for any compile here)."""
+    return m[2] is not None and " compiling " in m[2]
+
+
+def test_a_progress_bar_and_a_chart_update_in_place_while_the_cell_runs(kernel, tmp_path):
     _, kc = kernel
+    # Half way, the loop waits (at most 120 s) until the test has seen an update arrive: the
+    # updates come while the cell runs, not all at its end, whatever the speed.
+    release = tmp_path / "release"
     code = """
+let t0 = std::time::Instant::now();
 let mut bar = eager_cell::Progress::new("steps", 40);
 let mut chart = eager_cell::LiveChart::new("Loss", "step", "loss").every(10);
 for step in 0..40usize {
@@ -76,22 +89,39 @@ for step in 0..40usize {
     chart.push(1.0 / (1.0 + step as f64));
     bar.set_note(&format!("step {step}"));
     bar.inc();
+    if step == 20 {
+        let release = std::path::Path::new("RELEASE");
+        for _ in 0..12000 { if release.exists() { break; } std::thread::sleep(std::time::Duration::from_millis(10)); }
+        println!("released: {}", release.exists());
+    }
 }
 bar.finish();
 chart.finish();
-"""
-    arrived = []
-    kc.execute_interactive(code, timeout=300, output_hook=lambda m: arrived.append((time.monotonic(), m)))
-    outputs = [m for _, m in arrived]
-    msgs = live(outputs)
+println!("loop took {} ms", t0.elapsed().as_millis());
+""".replace("RELEASE", str(release))
+    outputs = []
+
+    def hook(m):
+        outputs.append(m)
+        if m["msg_type"] == "update_display_data" and not release.exists():
+            release.write_text("seen")
+
+    kc.execute_interactive(code, timeout=300, output_hook=hook)
+    msgs = [m for m in live(outputs) if not heartbeat(m)]
     shown = [m for m in msgs if m[0] == "display_data"]
     assert len(shown) == 2, msgs
     bar_id, chart_id = shown[0][1], shown[1][1]
     assert bar_id and chart_id and bar_id != chart_id
     bar_updates = [m for m in msgs if m[0] == "update_display_data" and m[1] == bar_id]
     chart_updates = [m for m in msgs if m[0] == "update_display_data" and m[1] == chart_id]
-    # Redrawn at most every 100 ms over a 1.2 s loop, and at the end: several, the last full.
-    assert 3 <= len(bar_updates) <= 20, bar_updates
+    stream = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
+    # An update reached the test while the loop waited in the middle.
+    assert "released: true" in stream, stream
+    # Redrawn at most every 100 ms of the loop as the cell timed it (plus the last state and
+    # the drop), and at least a few times over its 1.2 s of sleeps; the last draw is full.
+    took = re.search(r"loop took (\d+) ms", stream)
+    assert took, stream
+    assert 3 <= len(bar_updates) <= int(took[1]) // 100 + 2, (took[0], bar_updates)
     assert bar_updates[-1][2].startswith("steps 100%|") and "| 40/40 [" in bar_updates[-1][2], bar_updates[-1]
     # The chart redraws every 10 points: shown at the 10th, updated at the 20th, 30th and 40th
     # (finish has nothing left to draw); SVG each time.
@@ -101,9 +131,6 @@ chart.finish();
             if m["msg_type"] in ("display_data", "update_display_data")
             and m["content"].get("transient", {}).get("display_id") == chart_id]
     assert all(s.startswith("<svg") for s in svgs) and len(svgs) == 4
-    # They came while the cell ran, not all at its end.
-    times = [t for t, m in arrived if m["msg_type"] == "update_display_data"]
-    assert times[-1] - times[0] > 0.6, times
     # A loop left early by `?` leaves its bar where it stopped (drawn as the bar drops).
     code = """let mut bar = eager_cell::Progress::new("early", 100);
 for step in 0..100usize {
@@ -118,7 +145,7 @@ for step in 0..100usize {
 
 def test_a_long_compile_shows_a_heartbeat_that_is_emptied_when_it_ends(kernel):
     _, kc = kernel
-    # A program of 1400-1600 ops (2-3 s to compile here).
+    # A program of 1400-1600 ops: slow by size (seconds to compile), it spans heartbeat ticks.
     ops = 1400 + random.randrange(200)
     code = """
 let m = Tensor::full(&[32, 32], 0.01, DType::F32)?;
@@ -135,7 +162,8 @@ y.sum_all()?.item::<f32>()? > 0.0
     beats = [m for m in msgs if m[2] and "compiling fused(" in m[2]]
     assert beats and beats[0][0] == "display_data", msgs
     beat_id = beats[0][1]
-    assert beats[-1][2].endswith(" s") and float(beats[-1][2].rsplit(" ", 2)[1]) >= 1.0, beats[-1]
+    # The op and the time so far: "⠋ compiling fused(…) … 0.3 s".
+    assert re.fullmatch(r". compiling fused\(f32\[32, 32\].* … \d+\.\d s", beats[-1][2]), beats[-1]
     # Emptied when the compile ended.
     last = [m for m in outputs if m["msg_type"] == "update_display_data"
             and m["content"]["transient"]["display_id"] == beat_id][-1]
@@ -150,7 +178,7 @@ def test_memory_shows_live_tensors_and_an_out_of_memory_error_names_the_largest(
     content, outputs = run(kc, ":memory")
     assert content["status"] == "ok"
     text = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "display_data"
-            and "text/plain" in m["content"]["data"]][0]
+            and m["content"]["data"].get("text/plain", "").startswith("live: ")][0]
     assert text.startswith("live: "), text
     assert "f32[1024, 1024] 4.0 MiB on cpu:0, made by exp" in text, text
     assert any(m["msg_type"] == "display_data" and m["content"]["data"].get("image/svg+xml", "").startswith("<svg")
@@ -204,12 +232,13 @@ def alive(pid):
 def test_restart_resets_the_count_and_shutdown_leaves_no_process():
     km, kc = start_new_kernel(kernel_name="eager", startup_timeout=STARTUP)
     try:
-        run(kc, "let a = 1;")
+        # The first cell of a fresh kernel waits for its session (as long as a start may take).
+        run(kc, "let a = 1;", timeout=STARTUP)
         content, _ = run(kc, "a + 1")
         assert content["execution_count"] == 2
         km.restart_kernel(now=False)
         kc.wait_for_ready(timeout=STARTUP)
-        content, outputs = run(kc, "7 * 6")
+        content, outputs = run(kc, "7 * 6", timeout=STARTUP)
         assert content["execution_count"] == 1
         assert results(outputs) == ["42"]
         # The variable of the old kernel is gone.
@@ -220,7 +249,8 @@ def test_restart_resets_the_count_and_shutdown_leaves_no_process():
         kids = child_pids(pid)
         assert kids, "the kernel runs cells in a child process"
         km.shutdown_kernel(now=False)
-        deadline = time.time() + 15
+        # A guard against a hang, not a claim about speed.
+        deadline = time.time() + 60
         while time.time() < deadline and any(alive(p) for p in [pid, *kids]):
             time.sleep(0.2)
         assert not any(alive(p) for p in [pid, *kids]), "a kernel process outlived shutdown"

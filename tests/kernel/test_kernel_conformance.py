@@ -37,8 +37,10 @@ class EagerKernelTests(jkt.KernelTests):
         # Written under the temp dir, not the working tree.
         {"code": f":timeline {os.path.join(tempfile.gettempdir(), 'eager-test-timeline.svg')}", "mime": "image/svg+xml"},
     ]
-    supported_history_operations = ("tail", "range")
+    supported_history_operations = ("tail", "range", "search")
     code_history_pattern = "*1 + 2*"
+    # `?name` pages the docs of `name`, as IPython's `?`.
+    code_page_something = "?Tensor::zeros"
     code_inspect_sample = "Tensor::zeros"
     code_clear_output = "eager_cell::clear_output();"
 

@@ -46,7 +46,10 @@ def check_profiling(nb):
     assert len(list(outputs(nb, "image/svg+xml"))) == 3
     assert any("<table" in html for html in outputs(nb, "text/html"))
     hints = "\n".join(outputs(nb, "stream"))
-    assert "exp" in hints and "10" in hints, hints
+    # The churn of ten shapes of exp, named with its shapes and the dim that varies (compiled,
+    # or some loaded from the disk cache).
+    assert re.search(r"hint: `exp` (was compiled|needed new executables) for 10 distinct shapes \(\[1, 8\], \[2, 8\], \[3, 8\], …, "
+                     r"\[10, 8\]; dim 0 of input 0 varies\)", hints), hints
 
 
 def check_costs(nb):
@@ -57,11 +60,19 @@ def check_costs(nb):
     assert re.search(r"sin again, in-memory cache emptied: [\d.]+ ms \(loaded from the disk cache \+ run\)", text), text
     png = next(outputs(nb, "image/png"))
     assert png.startswith("iVBORw0KGgo")  # base64 of the PNG signature
-    # Eager, fused and compiled train alike: the same loss (up to the rounding of fused ops).
+    # Eager, fused and compiled compute the same step: the first step's loss (before any update)
+    # agrees up to the rounding of fused ops (f32, 1e-5 relative).
+    first = re.search(r"first step's loss: eager ([\d.]+), fused ([\d.]+), compiled ([\d.]+)", text)
+    assert first, text
+    eager, fused, compiled = (float(first[i]) for i in (1, 2, 3))
+    assert abs(fused - eager) <= 1e-5 * eager and abs(compiled - eager) <= 1e-5 * eager, first.group(0)
+    # Sixty steps of momentum SGD compound that rounding: all three learn, to losses a few
+    # percent apart (measured: 0.00106, 0.00109, 0.00109).
     losses = re.search(r"loss after (\d+) steps: eager ([\d.]+), fused ([\d.]+), compiled ([\d.]+)", text)
     assert losses, text
     eager, fused, compiled = (float(losses[i]) for i in (2, 3, 4))
-    assert eager < 0.5 and abs(fused - eager) <= 0.1 * eager + 1e-4 and abs(compiled - fused) <= 0.1 * fused + 1e-4, losses.group(0)
+    assert eager < 0.5 and fused < 0.5 and compiled < 0.5, losses.group(0)
+    assert abs(fused - eager) <= 0.1 * eager + 1e-4 and abs(compiled - fused) <= 0.1 * fused + 1e-4, losses.group(0)
     # Fused: one program per step, none per op.
     stream = "\n".join(outputs(nb, "stream"))
     per_step = re.search(r"per step\s+(\d+)\s+(\d+)\s+([\d.]+)", stream)

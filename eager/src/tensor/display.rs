@@ -72,7 +72,11 @@ fn format_value(v: f64, dtype: DType, sci: bool) -> String {
     } else if v.is_infinite() {
         (if v > 0.0 { "inf" } else { "-inf" }).into()
     } else if sci {
-        format!("{v:.4e}")
+        // As Python's `%.4e` (torch): a sign and at least two digits in the exponent.
+        let text = format!("{v:.4e}");
+        let (mantissa, exp) = text.split_once('e').unwrap_or((&text, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
     } else {
         format!("{v:.4}")
     }

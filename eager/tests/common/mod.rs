@@ -70,3 +70,39 @@ pub fn assert_all_close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol: 
         assert!(ok, "{what}: element {i} of {} is {g}, expected {w} (rtol {rtol}, atol {atol})", got.len());
     }
 }
+
+/// Fixed values in [-1, 1) (no random generator: the host reference needs them as they are).
+pub fn fixed_values(len: usize, seed: usize) -> Vec<f64> {
+    (0..len).map(|i| ((i * 37 + seed * 11) % 17) as f64 / 8.5 - 1.0).collect()
+}
+
+/// Each value rounded to f32, as the device sees it.
+pub fn as_f32(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&a| a as f32).collect()
+}
+
+/// Least squares on the host in f64, the reference of the sharded and fused steps: for row-major
+/// `x [n, k]`, `w [k, m]`, `t [n, m]`, the loss `mean((x w - t)^2)` and its gradient in `w`,
+/// `2 / (n m) x^T (x w - t)`.
+pub fn host_least_squares(
+    x: &[f64],
+    w: &[f64],
+    t: &[f64],
+    (n, k, m): (usize, usize, usize),
+) -> (f64, Vec<f64>) {
+    let mut r = vec![0.0; n * m];
+    for i in 0..n {
+        for j in 0..m {
+            r[i * m + j] = (0..k).map(|p| x[i * k + p] * w[p * m + j]).sum::<f64>() - t[i * m + j];
+        }
+    }
+    let count = (n * m) as f64;
+    let loss = r.iter().map(|v| v * v).sum::<f64>() / count;
+    let mut grad = vec![0.0; k * m];
+    for p in 0..k {
+        for j in 0..m {
+            grad[p * m + j] = 2.0 * (0..n).map(|i| x[i * k + p] * r[i * m + j]).sum::<f64>() / count;
+        }
+    }
+    (loss, grad)
+}

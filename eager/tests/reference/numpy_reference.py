@@ -137,6 +137,8 @@ def clamp(x, lo, hi):
 def conv(x, w, a):
     """torch's convolution (NCHW input, OIHW weight) in plain NumPy: a sum over kernel taps."""
     stride, pads, dil, groups = a["stride"], a["padding"], a["dilation"], a["groups"]
+    if pads == "same" and any(s != 1 for s in stride):
+        raise ValueError("padding='same' is not supported for strided convolutions")  # torch's words
     ns = x.ndim - 2
     n, c = x.shape[:2]
     o, k = w.shape[0], w.shape[2:]
