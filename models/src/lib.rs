@@ -31,9 +31,6 @@ pub use auto::AutoModel;
 pub use config::Config;
 pub use generate::{CausalLm, GenerateOptions};
 pub use tokenizer::Tokenizer;
-/// `Config::from_value` takes a JSON value: `eager_models::serde_json::json!` makes one where
-/// the caller has no serde_json of its own (a notebook).
-pub use serde_json;
 
 use std::path::PathBuf;
 
