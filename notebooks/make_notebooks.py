@@ -103,7 +103,10 @@ NOTEBOOKS = {
         new_code_cell("viz::Profile::session().compile_vs_execute().as_png().unwrap()"),
         new_markdown_cell("## Eager, fused, compiled\n\n"
                           "The same training step (an MLP 784-256-10, SGD with momentum, batch 64) three ways. "
-                          "**Eager**: every op is dispatched at once, each its own small executable. **Fused** "
+                          "**Eager**: every op is dispatched at once, each its own small executable (an op made "
+                          "of others, such as `cross_entropy` or `Linear`'s product and bias, is one; so are the "
+                          "backward pass and the optimizer's step: `eager::set_ops_as_one(false)` dispatches "
+                          "their primitives one by one instead). **Fused** "
                           "(`eager::fused`, or `:mode fused` for whole cells): the same eager code, but the ops "
                           "of a region are recorded and run as one program at the first read or the region's "
                           "end; the program is cached by its structure, so every step after the first reuses it. "

@@ -239,9 +239,17 @@ impl Tensor {
         }
         let _no_grad = NoGradGuard::new();
         let order = topological_order(self);
-        // New shapes came before (the first step of a loop): the rules' keys are fetched at
-        // once, their compiles side by side, before the rules run one after another. Leaves
-        // are not written in the dry run.
+        // On the default device the whole pass is one program (one executable, as torch's
+        // autograd engine runs it in one call), its gradients given to the leaves as it ends.
+        if crate::compile::ops_as_one() && self.shards().is_none() && self.device() == crate::default_device()
+        {
+            return crate::compile::fused_op("backward", || {
+                self.gradients(&order, |leaf, g| accumulate(&mut lock(&leaf.grad_state().grad), g.clone()))
+            });
+        }
+        // Elsewhere, new shapes came before (the first step of a loop): the rules' keys are
+        // fetched at once, their compiles side by side, before the rules run one after
+        // another. Leaves are not written in the dry run.
         if self.shards().is_none() {
             crate::compile::ahead(&grad_mode().ahead, self.device(), || {
                 self.gradients(&order, |leaf, g| {

@@ -85,6 +85,8 @@ struct Recording {
     fused: Option<Vec<(usize, Weak<Lazy>)>>,
     /// Fused mode's region, started by an op rather than by [`fused`].
     implicit: bool,
+    /// The region's name and whether its program starts at the quick tier (see [`fused_op`]).
+    region: Region,
     /// A dry region ([`ahead`]): it records only to learn its ops' keys and never runs; Var
     /// writes in it are dropped.
     dry: bool,
@@ -98,12 +100,19 @@ pub(crate) struct Tracer {
     recording: Mutex<Option<Recording>>,
     /// Fused mode ([`set_fused_mode`]): ops outside any region record into an implicit one.
     fused_mode: AtomicBool,
+    /// See [`set_ops_as_one`].
+    ops_as_one: AtomicBool,
     /// Serializes traces: one function is traced at a time.
     one_at_a_time: Mutex<()>,
     next_id: AtomicU64,
 }
 
-static TRACER: Shared<Tracer> = Shared::new("eager::compile::Tracer", Tracer::default);
+static TRACER: Shared<Tracer> = Shared::new("eager::compile::Tracer", || {
+    let t = Tracer::default();
+    let on = std::env::var("EAGER_OPS_AS_ONE").map_or(true, |v| v != "0");
+    t.ops_as_one.store(on, Ordering::Relaxed);
+    t
+});
 
 /// The process's tracing state (one per session, see [`crate::shared`]).
 pub(crate) fn tracer() -> &'static Tracer {
@@ -191,6 +200,7 @@ impl Recording {
             ops: 0,
             fused: fused.then(Vec::new),
             implicit: false,
+            region: Region::FUSED,
             dry: false,
         }
     }
@@ -219,12 +229,18 @@ impl Recording {
                 if t.sharding().is_none() && t.device() != self.device {
                     return Err(Error::invalid(op, format!("a compiled function runs on one device: {} is on {}, the function on {}", t.spec(), t.device(), self.device)));
                 }
-                if let Some(&v) = self.captured.get(&t.data_identity()) {
+                // A fused region's scalars are each read as their own input: scalars come from
+                // a cache shared by value, so which of them alias changes from step to step (a
+                // counter starting at the cached 0.0), and with it the program (a recompile).
+                let by_identity = self.fused.is_none() || !t.spec().shape.is_empty();
+                if let Some(&v) = self.captured.get(&t.data_identity()).filter(|_| by_identity) {
                     return Ok(v);
                 }
                 let split = t.sharding().cloned();
                 let v = self.add_param(Source::Captured(t.detach()), t.spec().clone(), split, op)?;
-                self.captured.insert(t.data_identity(), v);
+                if by_identity {
+                    self.captured.insert(t.data_identity(), v);
+                }
                 Ok(v)
             }
         }
@@ -358,12 +374,52 @@ pub(crate) fn traced_rng_state(device: Device) -> Option<Tensor> {
 /// over a mesh run eagerly. Inside a compiled function, or another fused region, `f` just
 /// runs (its ops are recorded there already).
 pub fn fused<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    fused_region(Region::FUSED, f)
+}
+
+/// What a fused region is: its program's name (the profiler's slice) and whether that
+/// program starts at the quick tier as a one-op program does (an op made of others) or
+/// optimized as a compiled function does (a region the user asked for).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Region {
+    pub(crate) name: &'static str,
+    pub(crate) tiered: bool,
+}
+
+impl Region {
+    const FUSED: Region = Region { name: "fused", tiered: false };
+}
+
+/// Runs `f`, an op made of many (a backward pass, an optimizer's step over all its
+/// parameters), as one program named `name` where it can: in a fused region of its own, on
+/// the default device. Inside a trace or a fused region it is recorded there; while another
+/// thread records, its ops run one by one.
+pub(crate) fn fused_op<T>(name: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    if !ops_as_one() {
+        return f();
+    }
+    fused_region(Region { name, tiered: true }, f)
+}
+
+/// Composite ops, backward passes and optimizer steps as one program each (the default), or
+/// off: each of their primitives dispatched on its own, as a lesson on what dispatch costs or
+/// to see every primitive in the profiler (`EAGER_OPS_AS_ONE=0` at start).
+pub fn set_ops_as_one(on: bool) {
+    tracer().ops_as_one.store(on, Ordering::Relaxed);
+}
+
+/// Whether composite ops, backward passes and optimizer steps run as one program each.
+pub fn ops_as_one() -> bool {
+    tracer().ops_as_one.load(Ordering::Relaxed)
+}
+
+fn fused_region<T>(region: Region, f: impl FnOnce() -> Result<T>) -> Result<T> {
     if with_recording(|_| ()).is_some() {
         return f();
     }
     let device = runtime::default_device();
     let rt = runtime::runtime(device.kind)?;
-    if !start_recording(Recording::new(device, rt, true)) {
+    if !start_recording(Recording { region, ..Recording::new(device, rt, true) }) {
         // Another thread is tracing or fused: this region runs eagerly.
         return f();
     }
@@ -411,7 +467,11 @@ fn take_recording_if(which: impl Fn(&Recording) -> bool) -> Option<Recording> {
 /// region goes on with (not yet put back).
 fn run_recorded() -> Option<Recording> {
     let rec = take_fused()?;
-    let fresh = Recording { implicit: rec.implicit, ..Recording::new(rec.device, rec.runtime.clone(), true) };
+    let fresh = Recording {
+        implicit: rec.implicit,
+        region: rec.region,
+        ..Recording::new(rec.device, rec.runtime.clone(), true)
+    };
     run_fused(rec);
     Some(fresh)
 }
@@ -455,7 +515,8 @@ fn run_fused(rec: Recording) {
         return;
     }
     let outputs: Vec<usize> = live.iter().map(|(v, _)| *v).collect();
-    let program = Program::new("fused", &rec.values, rec.sources.len(), &outputs, rec.ops);
+    let mut program = Program::new(rec.region.name, &rec.values, rec.sources.len(), &outputs, rec.ops);
+    program.tiered = rec.region.tiered;
     let run = || -> Result<Vec<Tensor>> {
         let inputs: Vec<Tensor> = rec
             .sources

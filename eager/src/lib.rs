@@ -45,7 +45,9 @@ pub mod tensor;
 pub mod var;
 
 pub use autograd::{no_grad, NoGradGuard};
-pub use compile::{compile, end_fused_region, fused, fused_mode, set_fused_mode, Compiled};
+pub use compile::{
+    compile, end_fused_region, fused, fused_mode, ops_as_one, set_fused_mode, set_ops_as_one, Compiled,
+};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

@@ -17,12 +17,24 @@ pub trait Optimizer {
     fn zero_grad(&self);
 }
 
-/// Runs `update`, an optimizer's step over `params`; the first steps of a loop run it dry
+/// Runs `update`, an optimizer's step over `params`, as one program named `name` (torch's
+/// `foreach`/fused optimizers: all parameters in one executable, not ~10 dispatches each).
+/// Parameters split over a mesh step op by op; the first steps of a loop then run it dry
 /// first, so that its executables are fetched side by side (see `compile::ahead`).
-fn step_with(params: &[Var], mark: &AheadMark, update: impl Fn() -> Result<()>) -> Result<()> {
+fn step_with(
+    name: &'static str,
+    params: &[Var],
+    mark: &AheadMark,
+    update: impl Fn() -> Result<()>,
+) -> Result<()> {
     // `current`, not `get`: reading a Var inside a compiled function would make it an input.
-    if let Some(p) = params.first().map(Var::current).filter(|p| p.shards().is_none()) {
-        crate::compile::ahead(mark, p.device(), || no_grad(&update));
+    let Some(first) = params.first().map(Var::current) else { return Ok(()) };
+    let local = first.shards().is_none();
+    if crate::compile::ops_as_one() && local && first.device() == crate::default_device() {
+        return no_grad(|| crate::compile::fused_op(name, &update));
+    }
+    if local {
+        crate::compile::ahead(mark, first.device(), || no_grad(&update));
     }
     no_grad(update)
 }
@@ -58,7 +70,7 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn step(&self) -> Result<()> {
-        step_with(&self.params, &self.ahead, || {
+        step_with("sgd.step", &self.params, &self.ahead, || {
             for (p, v) in self.params.iter().zip(&self.velocity) {
                 let Some(mut g) = p.grad() else { continue };
                 let value = p.get();
@@ -127,7 +139,7 @@ impl Optimizer for Adam {
         if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) {
             return Err(Error::invalid("adam", format!("betas must be in [0, 1), got ({b1}, {b2})")));
         }
-        step_with(&self.params, &self.ahead, || {
+        step_with("adam.step", &self.params, &self.ahead, || {
             let t = self.t.get().add_scalar(1.0)?;
             self.t.set(t.clone())?;
             for ((p, m), v) in self.params.iter().zip(&self.m).zip(&self.v) {

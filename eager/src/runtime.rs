@@ -419,11 +419,18 @@ pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fet
     Ok(Fetched { exe: f.exe, info: f.info, outcome, ns, heat: f.heat })
 }
 
+/// Ops of at least this many operations are compiled optimized from the first call: the
+/// quick tier's code runs them ~20% slower (a matmul of f32[1024, 1024]: 138 against 164
+/// GFLOP/s), which costs more than the optimized compile's extra milliseconds.
+const LARGE_OP_FLOPS: f64 = 1e8;
+
 /// `key`'s executable, not in memory: loaded from the persistent cache or compiled, and
 /// stored (`ahead`: before any dispatch asked for it).
 fn fetch(rt: &Runtime, key: OpKey, start: Instant, ahead: bool) -> Result<Fetched> {
-    let tier = match key.op {
-        Op::Call(_) => Tier::Optimized,
+    let tier = match &key.op {
+        Op::Call(c) if !c.program.tiered => Tier::Optimized,
+        // A large op (a 1024² matmul) runs long enough that its optimized code pays at once.
+        op if op.flops(&key.inputs, &op.infer(&key.inputs)?) >= LARGE_OP_FLOPS => Tier::Optimized,
         _ => cache().first_tier(),
     };
     let mut fetched = None;

@@ -54,6 +54,8 @@ fn values(t: &Tensor) -> Result<Vec<f64>> {
 #[test]
 fn the_first_steps_fetch_ahead_and_match_host_math() -> Result<()> {
     let _serial = common::serial();
+    // Fetching ahead serves passes run op by op (on a device other than the default, or so).
+    let _op_by_op = common::OpByOp::new();
     let (x_host, w0) = (matrix(X[0], X[1], 3), matrix(W[0], W[1], 4));
     let x = Tensor::from_slice(&x_host.iter().map(|v| *v as f32).collect::<Vec<_>>(), &X)?;
     let w = Var::parameter("w", Tensor::from_slice(&w0.iter().map(|v| *v as f32).collect::<Vec<_>>(), &W)?)?;

@@ -721,6 +721,8 @@ fn no_grad_runs_ops_and_records_no_graph() -> Result<()> {
 #[test]
 fn backward_ops_go_through_the_single_op_cache() -> Result<()> {
     let _serial = common::serial();
+    // A pass run op by op (as off the default device, or with ops as one turned off).
+    let _op_by_op = common::OpByOp::new();
     // Shapes no other test uses, so these keys are this test's.
     let a = Tensor::rand(&[5, 7], DType::F32)?.set_requires_grad(true)?;
     let b = Tensor::rand(&[7, 3], DType::F32)?.set_requires_grad(true)?;

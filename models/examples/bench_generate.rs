@@ -91,7 +91,8 @@ fn main() -> anyhow::Result<()> {
             rows.push(row);
         }
     }
-    let report = serde_json::json!({"load_s": load_s, "runtime_start_s": runtime_s, "params": params, "runs": rows});
+    let report =
+        serde_json::json!({"load_s": load_s, "runtime_start_s": runtime_s, "params": params, "runs": rows});
     if json {
         println!("{report}");
     } else {

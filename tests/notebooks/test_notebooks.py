@@ -65,7 +65,8 @@ def check_costs(nb):
     # Fused: one program per step, none per op.
     stream = "\n".join(outputs(nb, "stream"))
     per_step = re.search(r"per step\s+(\d+)\s+(\d+)\s+([\d.]+)", stream)
-    assert per_step and int(per_step[1]) > 10 and int(per_step[2]) == 1, stream
+    # Eager: the user's ops (two linears, relu, cross_entropy), the backward pass and the step.
+    assert per_step and int(per_step[1]) >= 6 and int(per_step[2]) == 1, stream
     assert re.search(r"most dispatched.*fused\{\d+ ops compiled into one\} ×\d+", stream), stream
 
 

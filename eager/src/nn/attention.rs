@@ -86,8 +86,10 @@ impl MultiheadAttention {
     /// Self-attention of `x` `[B, T, dim]`; `mask` (bool, broadcast to `[B, heads, T, T]`)
     /// is true where a query may attend, on top of the causal rule if set.
     pub fn attend(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let [q, k, v] = self.project(x)?;
-        self.merge(&q.scaled_dot_product_attention(&k, &v, mask, self.causal)?)
+        crate::compile::fused_op("attention", || {
+            let [q, k, v] = self.project(x)?;
+            self.merge(&q.scaled_dot_product_attention(&k, &v, mask, self.causal)?)
+        })
     }
 
     /// An empty key/value cache for decoding `batch` sequences of up to `capacity` positions.

@@ -35,15 +35,19 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
             return Err(Error::invalid("cross_entropy", msg));
         }
     }
-    // Targets split over a mesh (a data-parallel batch) compare with the classes everywhere.
-    let positions =
-        crate::ops::create::CreateOps::arange_at(targets, 0.0, classes as f64, 1.0, targets.dtype())?;
-    let onehot = targets.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(logits.dtype())?;
-    logits.log_softmax(1)?.mul(&onehot)?.sum(&[1], false)?.mean_all()?.neg()
+    crate::compile::fused_op("cross_entropy", || {
+        // Targets split over a mesh (a data-parallel batch) compare with the classes everywhere.
+        let positions =
+            crate::ops::create::CreateOps::arange_at(targets, 0.0, classes as f64, 1.0, targets.dtype())?;
+        let onehot = targets.unsqueeze(1)?.eq(&positions.unsqueeze(0)?)?.to_dtype(logits.dtype())?;
+        logits.log_softmax(1)?.mul(&onehot)?.sum(&[1], false)?.mean_all()?.neg()
+    })
 }
 
 /// Mean squared error.
 pub fn mse(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
-    let d = prediction.sub(target)?;
-    d.mul(&d)?.mean_all()
+    crate::compile::fused_op("mse", || {
+        let d = prediction.sub(target)?;
+        d.mul(&d)?.mean_all()
+    })
 }

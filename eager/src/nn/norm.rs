@@ -60,19 +60,21 @@ pub fn layer_norm(
         );
         return Err(Error::shape("layer_norm", msg));
     }
-    let dtype = x.dtype();
-    let x32 = upcast(x)?;
-    let over: Vec<isize> = (rank - shape.len()..rank).map(|d| d as isize).collect();
-    let centered = x32.sub(&x32.mean(&over, true)?)?;
-    let var = centered.square()?.mean(&over, true)?;
-    let mut y = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
-    if let Some(w) = weight {
-        y = y.mul(&upcast(w)?)?;
-    }
-    if let Some(b) = bias {
-        y = y.add(&upcast(b)?)?;
-    }
-    y.to_dtype(dtype)
+    crate::compile::fused_op("layer_norm", || {
+        let dtype = x.dtype();
+        let x32 = upcast(x)?;
+        let over: Vec<isize> = (rank - shape.len()..rank).map(|d| d as isize).collect();
+        let centered = x32.sub(&x32.mean(&over, true)?)?;
+        let var = centered.square()?.mean(&over, true)?;
+        let mut y = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+        if let Some(w) = weight {
+            y = y.mul(&upcast(w)?)?;
+        }
+        if let Some(b) = bias {
+            y = y.add(&upcast(b)?)?;
+        }
+        y.to_dtype(dtype)
+    })
 }
 
 /// Root-mean-square normalisation over the last dim, then `weight` scales (Llama's
@@ -84,11 +86,13 @@ pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor>
         let msg = format!("the weight must be [{dim}] for input {}, got {}", x.spec(), w.spec());
         return Err(Error::shape("rms_norm", msg));
     }
-    let y = upcast(x)?.rms_norm(1, eps)?.to_dtype(x.dtype())?;
-    match weight {
-        Some(w) => y.mul(&w.to_dtype(x.dtype())?),
-        None => Ok(y),
-    }
+    crate::compile::fused_op("rms_norm", || {
+        let y = upcast(x)?.rms_norm(1, eps)?.to_dtype(x.dtype())?;
+        match weight {
+            Some(w) => y.mul(&w.to_dtype(x.dtype())?),
+            None => Ok(y),
+        }
+    })
 }
 
 /// f32 for f16 and bf16 (their statistics lose too much), the tensor itself otherwise.

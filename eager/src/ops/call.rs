@@ -30,6 +30,9 @@ pub struct Program {
     pub ops: usize,
     /// The index checks of its indexing ops, returned after its outputs, each naming its op.
     pub(crate) checks: Vec<IndexCheck>,
+    /// Compiled at the quick tier first and optimized once hot, as a one-op program (an op
+    /// made of others); otherwise optimized at once (a compiled function).
+    pub tiered: bool,
     hash: u64,
 }
 
@@ -88,7 +91,7 @@ impl Program {
         let mut h = rustc_hash::FxHasher::default();
         text.hash(&mut h);
         let outputs = results.into_iter().map(|v| v.spec).collect();
-        Program { name, text, params: param_specs, outputs, ops, checks, hash: h.finish() }
+        Program { name, text, params: param_specs, outputs, ops, checks, tiered: false, hash: h.finish() }
     }
 }
 

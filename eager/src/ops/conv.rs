@@ -74,6 +74,13 @@ impl OpDef for Conv {
         }
     }
 
+    /// A multiply and an add per output element and weight element of its output channel.
+    fn flops(&self, inputs: &[Spec], output: &Spec) -> f64 {
+        let w = &inputs[1].shape;
+        let per_output = w.iter().product::<usize>() / w[0].max(1);
+        2.0 * per_output as f64 * output.shape.iter().product::<usize>() as f64
+    }
+
     fn attrs(&self) -> String {
         let mut s = format!(
             "stride={:?} padding={:?} dilation={:?} groups={}",

@@ -53,6 +53,11 @@ impl OpDef for Matmul {
     fn name(&self) -> &'static str {
         "matmul"
     }
+    /// A multiply and an add per output element and contracted index.
+    fn flops(&self, inputs: &[Spec], output: &Spec) -> f64 {
+        let ((_, k), _) = self.dims(&inputs[0].shape, &inputs[1].shape);
+        2.0 * k as f64 * output.shape.iter().product::<usize>() as f64
+    }
     fn attrs(&self) -> String {
         match (self.lhs_t, self.rhs_t) {
             (false, false) => String::new(),

@@ -86,6 +86,11 @@ pub(crate) trait OpDef {
     fn more_outputs(&self) -> &[Spec] {
         &[]
     }
+    /// About how many arithmetic operations the op does on `inputs`, to decide how hard its
+    /// first compile optimizes: by default one per output element.
+    fn flops(&self, _inputs: &[Spec], output: &Spec) -> f64 {
+        output.shape.iter().product::<usize>() as f64
+    }
     /// Where each output dim comes from: the `(input, dim)` pairs that hold the same index
     /// along it. On inputs split over a mesh, the output dim may be split as the first of
     /// them is (an elementwise op keeps its input's split, a matmul its rows' and columns');
@@ -169,6 +174,10 @@ macro_rules! ops {
             /// compiled function's call has more than one.
             pub fn more_outputs(&self) -> &[Spec] {
                 match self { $(Op::$variant(o) => o.more_outputs(),)* }
+            }
+            /// About how many arithmetic operations the op does (see [`OpDef::flops`]).
+            pub fn flops(&self, inputs: &[Spec], output: &Spec) -> f64 {
+                match self { $(Op::$variant(o) => o.flops(inputs, output),)* }
             }
             /// Where each output dim comes from (see [`OpDef::dim_sources`]).
             pub fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {

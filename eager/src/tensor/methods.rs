@@ -29,6 +29,19 @@ macro_rules! forward {
     };
 }
 
+/// Forwards methods to a composite's builder, run as one program named by the method (see
+/// `compile::fused_op`): the user's op is one executable, not one per primitive.
+macro_rules! forward_as_one {
+    ($($(#[$doc:meta])* $method:ident($($arg:ident: $ty:ty),*) => $trait:ident;)*) => {
+        impl Tensor {$(
+            $(#[$doc])*
+            pub fn $method(&self, $($arg: $ty),*) -> Result<Tensor> {
+                crate::compile::fused_op(stringify!($method), || $trait::$method(self, $($arg),*))
+            }
+        )*}
+    };
+}
+
 forward! {
     // ----- elementwise (ops/elementwise.rs) ----------------------------------------------------
     /// `-x`. Integer negation wraps (`-i32::MIN == i32::MIN`).
@@ -192,34 +205,16 @@ forward! {
     adaptive_avg_pool2d(output: [usize; 2]) => PoolOps;
 
     // ----- composites (ops/composite.rs) -------------------------------------------------------
-    /// Softmax along `dim`, composed: `exp(x - max) / sum(exp(x - max))`.
-    softmax(dim: isize) => CompositeOps;
-    /// Log-softmax along `dim`, composed: `x - max - log(sum(exp(x - max)))`.
-    log_softmax(dim: isize) => CompositeOps;
 
     /// `value` (converted to this dtype) where the bool `mask` is true, else `self`; the mask
     /// broadcasts (torch's `masked_fill`).
     masked_fill(mask: &Tensor, value: f64) => CompositeOps;
-    /// `x / sqrt(mean(x²) + eps)` over the last `dims` dims (torch's `F.rms_norm` without a
-    /// weight; `nn` layers multiply theirs).
-    rms_norm(dims: usize, eps: f64) => CompositeOps;
-    /// Channels (dim 1 of `[N, C, ...]`) in `groups` groups, each normalised to mean 0 and
-    /// variance 1 (biased), as torch's `F.group_norm` without weight and bias.
-    group_norm(groups: usize, eps: f64) => CompositeOps;
-    /// Attention, composed: `softmax(q kᵀ / √d) v` for `self` = q `[..., L, d]`, keys
-    /// `[..., S, d]` and values `[..., S, dv]` (torch's `F.scaled_dot_product_attention`).
-    /// `mask` is bool, true where a query may attend (broadcast to `[..., L, S]`); `causal`
-    /// lets query `i` attend keys `0..=i`. The softmax subtracts each row's max (stable); a row
-    /// with nothing to attend gives NaN, as torch.
-    scaled_dot_product_attention(k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool) => CompositeOps;
     /// One-hot rows, i64 `[*self.shape, classes]` (torch's `F.one_hot`, with `classes` given):
     /// a class outside `0..classes` is an error (at once for indices from the host; on the
     /// device a negative one counts from the end, as eager's other indexing ops).
     one_hot(classes: usize) => CompositeOps;
     /// `x * x`.
     square() => CompositeOps;
-    /// `x * sigmoid(x)` (SiLU, swish).
-    silu() => CompositeOps;
     /// Limits values to `[min, max]` (either may be `None`, not both): `max(x, min)` then
     /// `min(., max)`, as torch, so `min > max` gives `max`. NaN stays NaN. Scalars are
     /// converted to this tensor's dtype.
@@ -309,4 +304,26 @@ impl Tensor {
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         MovementOps::cat(tensors, dim)
     }
+}
+
+forward_as_one! {
+    // ----- composites run as one program each (ops/composite.rs) ----------------------------
+    /// Softmax along `dim`, composed: `exp(x - max) / sum(exp(x - max))`.
+    softmax(dim: isize) => CompositeOps;
+    /// Log-softmax along `dim`, composed: `x - max - log(sum(exp(x - max)))`.
+    log_softmax(dim: isize) => CompositeOps;
+    /// `x / sqrt(mean(x²) + eps)` over the last `dims` dims (torch's `F.rms_norm` without a
+    /// weight; `nn` layers multiply theirs).
+    rms_norm(dims: usize, eps: f64) => CompositeOps;
+    /// Channels (dim 1 of `[N, C, ...]`) in `groups` groups, each normalised to mean 0 and
+    /// variance 1 (biased), as torch's `F.group_norm` without weight and bias.
+    group_norm(groups: usize, eps: f64) => CompositeOps;
+    /// Attention, composed: `softmax(q kᵀ / √d) v` for `self` = q `[..., L, d]`, keys
+    /// `[..., S, d]` and values `[..., S, dv]` (torch's `F.scaled_dot_product_attention`).
+    /// `mask` is bool, true where a query may attend (broadcast to `[..., L, S]`); `causal`
+    /// lets query `i` attend keys `0..=i`. The softmax subtracts each row's max (stable); a row
+    /// with nothing to attend gives NaN, as torch.
+    scaled_dot_product_attention(k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool) => CompositeOps;
+    /// `x * sigmoid(x)` (SiLU, swish).
+    silu() => CompositeOps;
 }

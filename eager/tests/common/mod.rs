@@ -16,6 +16,24 @@ pub fn serial() -> MutexGuard<'static, ()> {
     eager::shared::lock(&LOCK)
 }
 
+/// Composite ops, backward passes and optimizer steps dispatched primitive by primitive
+/// until dropped (tests of the one-op path those otherwise skip); hold with [`serial`].
+pub struct OpByOp(bool);
+
+impl OpByOp {
+    pub fn new() -> OpByOp {
+        let was = eager::ops_as_one();
+        eager::set_ops_as_one(false);
+        OpByOp(was)
+    }
+}
+
+impl Drop for OpByOp {
+    fn drop(&mut self) {
+        eager::set_ops_as_one(self.0);
+    }
+}
+
 pub const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
 /// Ints and floats: what arithmetic takes.
 pub const NUMERIC: &[DType] = &[
