@@ -45,19 +45,22 @@ impl Linear {
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
         // x wᵀ as one op: the weight is read transposed, not transposed first. A batch of
         // rows [B, T, in] is one [B T, in] matrix, so the weight is not broadcast per batch.
-        let w = self.weight.get();
-        let y = if x.rank() > 2 {
-            let mut out: Vec<isize> = x.shape()[..x.rank() - 1].iter().map(|&d| d as isize).collect();
-            out.push(w.shape()[0] as isize);
-            x.reshape(&[-1, x.shape()[x.rank() - 1] as isize])?
-                .matmul_transposed(&w, false, true)?
-                .reshape(&out)?
-        } else {
-            x.matmul_transposed(&w, false, true)?
+        let weighted = || {
+            let w = self.weight.get();
+            if x.rank() > 2 {
+                let mut out: Vec<isize> = x.shape()[..x.rank() - 1].iter().map(|&d| d as isize).collect();
+                out.push(w.shape()[0] as isize);
+                x.reshape(&[-1, x.shape()[x.rank() - 1] as isize])?
+                    .matmul_transposed(&w, false, true)?
+                    .reshape(&out)
+            } else {
+                x.matmul_transposed(&w, false, true)
+            }
         };
         match &self.bias {
-            Some(b) => y.add(&b.get()),
-            None => Ok(y),
+            // torch's F.linear: one op, the bias added in the same program.
+            Some(b) => crate::compile::fused_op("linear", || weighted()?.add(&b.get())),
+            None => weighted(),
         }
     }
 }

@@ -54,47 +54,50 @@ pub fn scaled_dot_product_attention(
         let msg = format!("dropout must be in [0, 1), got {}", opts.dropout);
         return Err(Error::invalid("scaled_dot_product_attention", msg));
     }
-    let (k, v) = (repeat_kv(k, q.shape()[rank - 3])?, repeat_kv(v, q.shape()[rank - 3])?);
-    let d = q.shape()[rank - 1];
-    let scale = opts.scale.unwrap_or(1.0 / (d as f64).sqrt());
-    let dtype = q.dtype();
-    let compute = if matches!(dtype, DType::BF16 | DType::F16) { DType::F32 } else { dtype };
-    let mut scores = q.matmul_transposed(&k, false, true)?.to_dtype(compute)?.mul_scalar(scale)?;
-    let (l, s) = (q.shape()[rank - 2], k.shape()[rank - 2]);
-    let mut keep: Option<Tensor> = None;
-    if let Some(m) = opts.mask {
-        if m.dtype() == DType::Bool {
-            keep = Some(m.clone());
-        } else {
-            scores = scores.add(&m.to_dtype(compute)?)?;
+    // One program, as torch's user-level ops are (see compile::fused_op).
+    crate::compile::fused_op("attention", || {
+        let (k, v) = (repeat_kv(k, q.shape()[rank - 3])?, repeat_kv(v, q.shape()[rank - 3])?);
+        let d = q.shape()[rank - 1];
+        let scale = opts.scale.unwrap_or(1.0 / (d as f64).sqrt());
+        let dtype = q.dtype();
+        let compute = if matches!(dtype, DType::BF16 | DType::F16) { DType::F32 } else { dtype };
+        let mut scores = q.matmul_transposed(&k, false, true)?.to_dtype(compute)?.mul_scalar(scale)?;
+        let (l, s) = (q.shape()[rank - 2], k.shape()[rank - 2]);
+        let mut keep: Option<Tensor> = None;
+        if let Some(m) = opts.mask {
+            if m.dtype() == DType::Bool {
+                keep = Some(m.clone());
+            } else {
+                scores = scores.add(&m.to_dtype(compute)?)?;
+            }
         }
-    }
-    if opts.causal {
-        let lower = Tensor::full_on(&[l, s], 1.0, DType::Bool, q.device())?.tril(0)?;
-        keep = Some(match keep {
-            Some(m) => m.where_cond(&lower, &m)?, // m and lower
-            None => lower,
-        });
-    }
-    let neg_inf = scores.scalar_like(f64::NEG_INFINITY)?;
-    if let Some(m) = &keep {
-        scores = m.where_cond(&scores, &neg_inf)?;
-    }
-    // A row whose every score is -inf would give NaN (0/0): its max is taken as 0 and its sum
-    // as 1, so its weights and result are 0, as torch's.
-    let max = scores.max(&[-1], true)?;
-    let zero = max.scalar_like(0.0)?;
-    let max = max.eq(&neg_inf)?.where_cond(&zero, &max)?;
-    let e = scores.sub(&max)?.exp()?;
-    let sum = e.sum(&[-1], true)?;
-    let sum = sum.eq(&zero)?.where_cond(&sum.scalar_like(1.0)?, &sum)?;
-    let mut weights = e.div(&sum)?;
-    if opts.dropout > 0.0 {
-        let u = Tensor::random_on(crate::ops::Dist::Uniform, weights.shape(), compute, weights.device())?;
-        let kept = u.ge_scalar(opts.dropout)?.to_dtype(compute)?;
-        weights = weights.mul(&kept)?.div_scalar(1.0 - opts.dropout)?;
-    }
-    weights.to_dtype(dtype)?.matmul(&v)
+        if opts.causal {
+            let lower = Tensor::full_on(&[l, s], 1.0, DType::Bool, q.device())?.tril(0)?;
+            keep = Some(match keep {
+                Some(m) => m.where_cond(&lower, &m)?, // m and lower
+                None => lower,
+            });
+        }
+        let neg_inf = scores.scalar_like(f64::NEG_INFINITY)?;
+        if let Some(m) = &keep {
+            scores = m.where_cond(&scores, &neg_inf)?;
+        }
+        // A row whose every score is -inf would give NaN (0/0): its max is taken as 0 and its sum
+        // as 1, so its weights and result are 0, as torch's.
+        let max = scores.max(&[-1], true)?;
+        let zero = max.scalar_like(0.0)?;
+        let max = max.eq(&neg_inf)?.where_cond(&zero, &max)?;
+        let e = scores.sub(&max)?.exp()?;
+        let sum = e.sum(&[-1], true)?;
+        let sum = sum.eq(&zero)?.where_cond(&sum.scalar_like(1.0)?, &sum)?;
+        let mut weights = e.div(&sum)?;
+        if opts.dropout > 0.0 {
+            let u = Tensor::random_on(crate::ops::Dist::Uniform, weights.shape(), compute, weights.device())?;
+            let kept = u.ge_scalar(opts.dropout)?.to_dtype(compute)?;
+            weights = weights.mul(&kept)?.div_scalar(1.0 - opts.dropout)?;
+        }
+        weights.to_dtype(dtype)?.matmul(&v)
+    })
 }
 
 /// Key/value heads `[..., Hkv, S, d]` repeated to `heads` (each `heads / Hkv` times, adjacent,
