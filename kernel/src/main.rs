@@ -178,10 +178,14 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
                         let _ = control.send(reply.as_child_of(&msg)).await;
                         let _ = iopub_tx.send(Status::idle().as_child_of(&msg));
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        // The cell process goes with us (a restart starts a fresh kernel).
+                        // The cell process goes with us (a restart starts a fresh kernel), and
+                        // the session's files with the session (its control socket, cell
+                        // libraries).
                         if let Some(i) = session.interrupter() {
                             i.kill();
                         }
+                        let session = session.clone();
+                        let _ = tokio::task::spawn_blocking(move || session.shutdown()).await;
                         std::process::exit(0);
                     }
                     _ => {}

@@ -87,7 +87,7 @@ fn code_of(line: &str) -> String {
                 // A char literal ('{', '\n') or a lifetime ('a): skip the literal's body.
                 let rest: String = chars.clone().take(3).collect();
                 if rest.starts_with('\\') || rest.chars().nth(1) == Some('\'') {
-                    while let Some(d) = chars.next() {
+                    for d in chars.by_ref() {
                         if d == '\'' {
                             break;
                         }

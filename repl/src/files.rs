@@ -2,7 +2,7 @@
 //! - control sockets live in a per-user runtime dir (`$XDG_RUNTIME_DIR/eager`, else
 //!   `<tmp>/eager-<uid>`, mode 0700, refused if another user owns it); a socket nobody listens
 //!   on any more (its session was killed) is removed when the next session starts;
-//! - a cell's shared library (`libcode_N.so` in evcxr's deps dir, 4–5 MB each) is removed as
+//! - a cell's shared library (`libcode_N.so` in evcxr's target dir, 4–5 MB each) is removed as
 //!   soon as the cell process has loaded it (Linux keeps a mapped file's pages until it is
 //!   unmapped), and any a killed session left when the next session takes its build dir.
 
@@ -80,12 +80,16 @@ pub fn remove_stale_sockets(dir: &Path) -> usize {
     removed
 }
 
-/// The cell libraries evcxr built in `build_dir` (its `target/<triple>/debug/deps`).
+/// The cell libraries evcxr built in `build_dir`: `target/<triple>/debug/libcode_N.so` (the
+/// copy evcxr renames cargo's output to and loads), and any in `deps` beside it.
 fn cell_libraries(build_dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for triple in std::fs::read_dir(build_dir.join("target")).into_iter().flatten().flatten() {
-        let deps = triple.path().join("debug").join("deps");
-        for entry in std::fs::read_dir(&deps).into_iter().flatten().flatten() {
+        let debug = triple.path().join("debug");
+        for entry in [debug.clone(), debug.join("deps")]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             if name.starts_with("libcode_") && name.ends_with(".so") {
@@ -134,15 +138,20 @@ mod tests {
     #[test]
     fn cell_libraries_are_removed_and_other_files_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let deps = dir.path().join("target/x86_64-unknown-linux-gnu/debug/deps");
+        let debug = dir.path().join("target/x86_64-unknown-linux-gnu/debug");
+        let deps = debug.join("deps");
         std::fs::create_dir_all(&deps).unwrap();
         for name in ["libcode_1.so", "libcode_42.so"] {
-            std::fs::write(deps.join(name), vec![0u8; 1000]).unwrap();
+            std::fs::write(debug.join(name), vec![0u8; 1000]).unwrap();
         }
+        std::fs::write(deps.join("libcode_3.so"), vec![0u8; 500]).unwrap();
         std::fs::write(deps.join("libeager-abc.rlib"), "keep").unwrap();
-        assert_eq!(remove_cell_libraries(dir.path()), 2000);
-        let left: Vec<_> = std::fs::read_dir(&deps).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(left, vec![std::ffi::OsString::from("libeager-abc.rlib")]);
+        std::fs::write(debug.join("libctx.so"), "keep").unwrap();
+        assert_eq!(remove_cell_libraries(dir.path()), 2500);
+        let mut left: Vec<_> = std::fs::read_dir(&debug).unwrap().map(|e| e.unwrap().file_name()).collect();
+        left.extend(std::fs::read_dir(&deps).unwrap().map(|e| e.unwrap().file_name()));
+        left.sort();
+        assert_eq!(left, ["deps", "libctx.so", "libeager-abc.rlib"].map(std::ffi::OsString::from));
     }
 
     #[test]

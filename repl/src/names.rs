@@ -56,7 +56,7 @@ const KEYWORDS: &[&str] = &[
 /// The meta commands starting with what is typed, when the input is one (`:pro` → `:profile`).
 pub fn meta_completions(src: &str, pos: usize) -> Option<(usize, Vec<Completion>)> {
     let head = &src[..pos];
-    if !(head.trim_start().starts_with(':') && !head.contains(' ')) {
+    if !head.trim_start().starts_with(':') || head.contains(' ') {
         return None;
     }
     let start = head.len() - head.trim_start().len();
