@@ -111,6 +111,7 @@ fn handle(req: &Value) -> Result<Value, String> {
             runtime::set_interrupted(true);
             json!({ "ok": true })
         }
+        "trim" => json!({ "mappings": crate::trim::trim_cell_libraries() }),
         "clear_interrupt" => {
             runtime::set_interrupted(false);
             json!({ "ok": true })

@@ -24,12 +24,14 @@
 mod control;
 mod display;
 mod live;
+mod trim;
 
 use std::io::Write;
 
 pub use control::{attach, CONTROL_SOCKET_ENV};
 pub use display::{EvcxrDisplay, EvcxrResultDisplay};
 pub use live::{DisplayHandle, DisplayLine, LiveChart, Progress, DISPLAY_MARKER};
+pub use trim::trim_cell_libraries;
 
 /// One block of rich output as evcxr reads it from a cell's stdout: `body` shown as `mime`
 /// (one per MIME type per cell: a later block of the same type replaces it).

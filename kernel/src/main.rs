@@ -144,6 +144,13 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
     let session = Worker::start(opts, sink);
     let running = Arc::new(AtomicU64::new(0));
 
+    // SIGINT (a kernelspec's `interrupt_mode: signal`, `kill -INT`, a terminal's Ctrl-C) does
+    // what an interrupt request does; while no cell runs it does nothing, as in ipykernel.
+    {
+        let (session, running) = (session.clone(), running.clone());
+        ctrlc::set_handler(move || interrupt(&session, &running)).context("installing the SIGINT handler")?;
+    }
+
     // Control: interrupt and shutdown, answered while a cell runs.
     {
         let (iopub_tx, running, session) = (iopub_tx.clone(), running.clone(), session.clone());
@@ -171,10 +178,14 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
                         let _ = control.send(reply.as_child_of(&msg)).await;
                         let _ = iopub_tx.send(Status::idle().as_child_of(&msg));
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        // The cell process goes with us (a restart starts a fresh kernel).
+                        // The cell process goes with us (a restart starts a fresh kernel), and
+                        // the session's files with the session (its control socket, cell
+                        // libraries).
                         if let Some(i) = session.interrupter() {
                             i.kill();
                         }
+                        let session = session.clone();
+                        let _ = tokio::task::spawn_blocking(move || session.shutdown()).await;
                         std::process::exit(0);
                     }
                     _ => {}
@@ -253,11 +264,12 @@ impl Kernel {
             JupyterMessageContent::CompleteRequest(req) => {
                 let byte = byte_offset(&req.code, req.cursor_pos);
                 let code = req.code.clone();
-                // Nothing while the session starts: the shell must not wait for it.
+                // While the session starts the index of public names answers: the shell must
+                // not wait for it.
                 let (start, list) = if self.session.is_ready() {
                     self.on_session(move |s| s.completions(&code, byte)).await.unwrap_or((byte, vec![]))
                 } else {
-                    (byte, vec![])
+                    repl::complete_from_index(&code, byte)
                 };
                 let cursor_start = char_offset(&req.code, start);
                 // Matches are the text to insert; signatures go where JupyterLab reads them.

@@ -120,6 +120,11 @@ impl Control {
         self.call(json!({"op": "interrupt"})).map(drop)
     }
 
+    /// Pages out the cell libraries' mappings in the cell process (see `eager_cell::trim`).
+    pub fn trim(&mut self) -> Result<()> {
+        self.call(json!({"op": "trim"})).map(drop)
+    }
+
     pub fn clear_interrupt(&mut self) -> Result<()> {
         self.call(json!({"op": "clear_interrupt"})).map(drop)
     }

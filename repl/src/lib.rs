@@ -12,13 +12,18 @@
 //! ([`Control`]) uses to read the profiler log and the cache, set the device and interrupt.
 
 mod control;
+mod files;
 pub mod input;
 mod meta;
+mod names;
+mod phases;
 mod session;
 mod worker;
 
 pub use control::Control;
 pub use meta::{MetaCommand, META_HELP};
+/// Completions with no session (while it starts): meta commands and the index of public names.
+pub use names::complete as complete_from_index;
 pub use session::{CellError, Completion, Interrupter, Output, Session, SessionOptions, Stream, StreamSink};
 pub use worker::Worker;
 

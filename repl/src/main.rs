@@ -49,11 +49,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// What Ctrl-C does depends on whether a cell runs: interrupt it, and kill the cell process if
-/// a second Ctrl-C comes while it still runs.
+/// What SIGINT (Ctrl-C, `kill -INT`) does depends on what runs: a cell is interrupted, and its
+/// process killed if a second one comes while it still runs; a cell waiting for the session's
+/// start stops waiting. At the prompt of an interactive session nothing happens (the REPL
+/// never ends on it, as IPython's); a script (`-e`, a pipe) ends with 130.
 #[derive(Default)]
 struct CtrlC {
+    interactive: bool,
     running: AtomicBool,
+    /// A cell waits for the session's start; set back to false by the signal (stop waiting).
+    waiting: AtomicBool,
     interrupter: Mutex<Option<Interrupter>>,
     first: Mutex<Option<Instant>>,
 }
@@ -61,6 +66,12 @@ struct CtrlC {
 impl CtrlC {
     fn on_signal(&self) {
         if !self.running.load(Ordering::SeqCst) {
+            if self.interactive {
+                if self.waiting.swap(false, Ordering::SeqCst) {
+                    eprintln!("\n^C: the cell was not run (the session is still starting)");
+                }
+                return;
+            }
             eprintln!("\ninterrupted");
             std::process::exit(130);
         }
@@ -111,7 +122,7 @@ fn run(args: Args) -> Result<ExitCode> {
             eprintln!("{line}");
         }
     });
-    let ctrl_c = Arc::new(CtrlC::default());
+    let ctrl_c = Arc::new(CtrlC { interactive, ..CtrlC::default() });
     {
         let c = ctrl_c.clone();
         ctrlc::set_handler(move || c.on_signal()).context("installing the Ctrl-C handler")?;
@@ -135,9 +146,9 @@ fn run(args: Args) -> Result<ExitCode> {
 
 /// Before a cell runs: if the session is still starting, says so on one line (with a spinner
 /// in a terminal) and waits; the error if it could not start.
-fn wait_for_start(session: &Worker) -> Result<Interrupter, String> {
+fn wait_for_start(session: &Worker, ctrl_c: &CtrlC) -> Result<Interrupter, String> {
     if let Some(r) = session.wait_timeout(Duration::ZERO) {
-        return r;
+        return r.map_err(|e| format!("the Rust session could not start: {e}"));
     }
     let spinner = std::io::stderr().is_terminal().then(|| {
         let s = indicatif::ProgressBar::new_spinner();
@@ -148,7 +159,16 @@ fn wait_for_start(session: &Worker) -> Result<Interrupter, String> {
     if spinner.is_none() && std::io::stdin().is_terminal() {
         eprintln!("starting… (the Rust context starts behind the prompt; the cell runs when it is ready)");
     }
-    let r = session.wait();
+    ctrl_c.waiting.store(true, Ordering::SeqCst);
+    let r = loop {
+        if let Some(r) = session.wait_timeout(Duration::from_millis(50)) {
+            break r.map_err(|e| format!("the Rust session could not start: {e}"));
+        }
+        if !ctrl_c.waiting.load(Ordering::SeqCst) {
+            break Err("interrupted while the session was starting".to_string());
+        }
+    };
+    ctrl_c.waiting.store(false, Ordering::SeqCst);
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
@@ -194,14 +214,14 @@ fn end_live_line() {
 
 /// Evaluates one cell and prints what it gives; false if it failed.
 fn eval_and_print(session: &Worker, ctrl_c: &CtrlC, cell: &str) -> bool {
-    let result = match wait_for_start(session) {
+    let result = match wait_for_start(session, ctrl_c) {
         Ok(interrupter) => {
             let cell = cell.to_string();
             ctrl_c
                 .run(Some(interrupter), || session.run(move |s| s.eval(&cell)))
                 .unwrap_or_else(|e| Err(CellError::new("SessionError", e)))
         }
-        Err(e) => Err(CellError::new("SessionError", format!("the Rust session could not start: {e}"))),
+        Err(e) => Err(CellError::new("SessionError", e)),
     };
     // Let the child's last output lines (already in the sink's channel) reach the terminal
     // before the result.
@@ -281,12 +301,13 @@ impl Completer for EditorHelper {
         pos: usize,
         _: &rustyline::Context<'_>,
     ) -> rustyline::Result<(usize, Vec<String>)> {
-        // Nothing to offer while the session starts: Tab must not block the prompt.
-        if !self.session.is_ready() {
-            return Ok((pos, vec![]));
-        }
-        let src = line.to_string();
-        let (start, list) = self.session.run(move |s| s.completions(&src, pos)).unwrap_or((pos, vec![]));
+        // While the session starts, the index of public names answers: Tab must not block.
+        let (start, list) = if self.session.is_ready() {
+            let src = line.to_string();
+            self.session.run(move |s| s.completions(&src, pos)).unwrap_or((pos, vec![]))
+        } else {
+            repl::complete_from_index(line, pos)
+        };
         Ok((start, list.into_iter().map(|c| c.text).collect()))
     }
 }

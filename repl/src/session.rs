@@ -106,28 +106,44 @@ pub struct Session {
     stderr: Arc<Mutex<StderrWatch>>,
     /// Profiler mark before the last user cell, and after it.
     last_cell: (u64, u64),
+    /// evcxr's build dir, ours while `_build_dir_lock` is held.
+    build_dir: PathBuf,
     _build_dir_lock: File,
 }
 
 /// A variable of the preload's last cell, hidden from `:vars`.
 const WARMUP_VAR: &str = "__eager_warmup";
 
-/// The preload: eager, viz and eager-cell (what cells link: rich display, the control
-/// server) as dependencies, eager's prelude, and the session attached at once so that the
-/// control socket is up before the first user cell. The last cell warms what a user's
-/// first tensor cell would otherwise wait for (measured 4.5–5 s): rust-analyzer's first
-/// inference of a stored `Tensor`'s type, evcxr's `?` mode, and the CPU plugin's start.
-fn preload_cells(eager_dir: &Path) -> [String; 5] {
+/// The preload, one cell: eager, viz and eager-cell (what cells link: rich display, the
+/// control server) as dependencies, eager's prelude, and the session attached at once so that
+/// the control socket is up before the first user cell. Its last line warms what a user's first
+/// tensor cell would otherwise wait for (measured 4.5–5 s): rust-analyzer's first inference of
+/// a stored `Tensor`'s type, evcxr's `?` mode, and the CPU plugin's start. One cell, not one per
+/// step: each cell is a cargo build, a link and a load (five of them cost seconds at the start).
+fn preload_cell(eager_dir: &Path, dylib: bool) -> String {
     let viz_dir = eager_dir.parent().unwrap_or(eager_dir).join("viz");
     let cell_dir = eager_dir.parent().unwrap_or(eager_dir).join("cell");
-    [
-        format!(":dep eager = {{ path = {:?} }}", eager_dir.display().to_string()),
-        format!(":dep viz = {{ path = {:?} }}", viz_dir.display().to_string()),
-        format!(":dep eager-cell = {{ path = {:?} }}", cell_dir.display().to_string()),
-        "use eager::prelude::*;\nuse eager_cell::{EvcxrDisplay as _, EvcxrResultDisplay as _};\neager_cell::attach();"
-            .to_string(),
-        format!("let {WARMUP_VAR} = Tensor::from_slice_on(&[0.0f32], &[1], Device::cpu())?;"),
-    ]
+    // Before anything is built (evcxr cleans the build dir when the mode changes after that).
+    let mode = dylib.then(|| ":allow_static_linking 0".to_string());
+    let lines: Vec<String> = mode
+        .into_iter()
+        .chain([
+            format!(":dep eager = {{ path = {:?} }}", eager_dir.display().to_string()),
+            format!(":dep viz = {{ path = {:?} }}", viz_dir.display().to_string()),
+            format!(":dep eager-cell = {{ path = {:?} }}", cell_dir.display().to_string()),
+            "use eager::prelude::*;".to_string(),
+            "use eager_cell::{EvcxrDisplay as _, EvcxrResultDisplay as _};".to_string(),
+            "eager_cell::attach();".to_string(),
+            format!("let {WARMUP_VAR} = Tensor::from_slice_on(&[0.0f32], &[1], Device::cpu())?;"),
+        ])
+        .collect();
+    lines.join("\n")
+}
+
+/// Whether cells link eager and its dependencies as shared libraries (evcxr's dylib mode,
+/// `EAGER_EVCXR_DYLIB=1`): each cell's library holds only the cell's code.
+fn dylib_mode() -> bool {
+    std::env::var_os("EAGER_EVCXR_DYLIB").is_some_and(|v| v == "1")
 }
 
 /// Cargo settings for evcxr's builds under `base` (cargo reads a parent directory's
@@ -154,15 +170,19 @@ impl Session {
     /// Starts evcxr, preloads eager and connects to its runtime. `sink` receives the child's
     /// output lines as they come.
     pub fn start(opts: &SessionOptions, sink: StreamSink) -> Result<Session> {
-        let t0 = Instant::now();
+        let mut clock = crate::phases::StartClock::new();
         let cache = eager::plugin::cache_dir();
-        let (build_dir, lock) = lock_build_dir(&cache.join("evcxr"))?;
-        write_cell_profile(&cache.join("evcxr"))?;
-        let socket = std::env::temp_dir().join(format!(
-            "eager-{}-{}.sock",
-            std::process::id(),
-            t0.elapsed().as_nanos()
-        ));
+        let dylib = dylib_mode();
+        // The two linking modes build everything differently: a build dir set for each.
+        let base = cache.join(if dylib { "evcxr-dylib" } else { "evcxr" });
+        let (build_dir, lock) = lock_build_dir(&base)?;
+        // Cell libraries a killed session left in this build dir (ours alone now).
+        crate::files::remove_cell_libraries(&build_dir);
+        write_cell_profile(&base)?;
+        let sockets = crate::files::runtime_dir()?;
+        crate::files::remove_stale_sockets(&sockets);
+        let socket = crate::files::control_socket_path(&sockets);
+        clock.step("build dir and control socket", "");
         // The child inherits these: evcxr's build dir (kept across sessions, so the preload
         // builds once), a config dir of ours, and where eager's runtime listens.
         std::env::set_var("EVCXR_TMPDIR", &build_dir);
@@ -193,7 +213,9 @@ impl Session {
             std::env::set_var("EAGER_PJRT_PLUGIN", p);
         }
 
+        clock.step("environment (rustc's lib dir)", "");
         let (ctx, outputs) = CommandContext::new().map_err(|e| anyhow!("starting evcxr: {e}"))?;
+        clock.step("evcxr context and cell process", "");
         let stderr: Arc<Mutex<StderrWatch>> = Arc::default();
         for (rx, stream) in [(outputs.stdout, Stream::Stdout), (outputs.stderr, Stream::Stderr)] {
             let (sink, panic) = (sink.clone(), stderr.clone());
@@ -221,6 +243,7 @@ impl Session {
             child_pid,
             stderr,
             last_cell: (0, 0),
+            build_dir,
             _build_dir_lock: lock,
         };
         let eager_dir = opts
@@ -230,12 +253,15 @@ impl Session {
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../eager"));
         let eager_dir =
             eager_dir.canonicalize().with_context(|| format!("eager's source at {}", eager_dir.display()))?;
-        for cell in preload_cells(&eager_dir) {
-            if let Err(e) = session.ctx.execute(&cell) {
-                return Err(anyhow!("preloading eager ({cell}): {}", render_error(&e, &cell).evalue));
-            }
+        let cell = preload_cell(&eager_dir, dylib);
+        match session.ctx.execute(&cell) {
+            Ok(out) => clock
+                .step("preload cell (deps, prelude, attach, warm-up)", &crate::phases::evcxr_phases(&out)),
+            Err(e) => return Err(anyhow!("preloading eager ({cell}): {}", render_error(&e, &cell).evalue)),
         }
+        crate::files::remove_cell_libraries(&session.build_dir);
         session.control()?;
+        clock.step("control connection", "");
         Ok(session)
     }
 
@@ -272,10 +298,15 @@ impl Session {
         });
         *self.stderr.lock().unwrap() = StderrWatch::default();
         let result = self.ctx.execute(cell);
+        // The cell process has loaded the cell's library (or the cell failed): its file is
+        // not needed again, and 400 of them took 2 GB.
+        crate::files::remove_cell_libraries(&self.build_dir);
         let restarted = self.ctx.process_handle().lock().map(|c| c.id()).unwrap_or(0) != self.child_pid;
         if !restarted {
-            // Fused mode: what the cell recorded and did not read runs now.
+            // Fused mode: what the cell recorded and did not read runs now. Then the pages the
+            // loader read from this cell's library go back (1.3 MB a cell otherwise).
             let _ = self.control().and_then(|c| c.end_region());
+            let _ = self.control().and_then(|c| c.trim());
         }
         if let Ok(before) = before {
             let after = if restarted { Ok(0) } else { self.control().and_then(|c| c.seq()) };
@@ -294,13 +325,8 @@ impl Session {
                     let traceback = vec![format!("panic: {msg}")];
                     return Err(CellError { ename: "panic".into(), traceback, evalue: msg, on_stderr: true });
                 }
-                if std::env::var_os("EAGER_REPL_PHASES").is_some() {
-                    let phases: Vec<String> = out
-                        .phases
-                        .iter()
-                        .map(|p| format!("{} {:.0} ms", p.name, p.duration.as_secs_f64() * 1e3))
-                        .collect();
-                    eprintln!("evcxr phases: {}", phases.join(", "));
+                if crate::phases::enabled() {
+                    eprintln!("evcxr phases: {}", crate::phases::evcxr_phases(&out));
                 }
                 if let Some(block) = block {
                     return Err(self.cell_error(&block));
@@ -490,20 +516,14 @@ impl Session {
         Ok(viz::Profile::from_events(events.into_iter().filter(|e| e.seq < to).collect()))
     }
 
-    /// Completions at byte `pos` of `src`: meta commands, else evcxr's (rust-analyzer).
+    /// Completions at byte `pos` of `src`: meta commands, else evcxr's (rust-analyzer), else
+    /// (it failed or found nothing) the build-time index's.
     pub fn completions(&mut self, src: &str, pos: usize) -> (usize, Vec<Completion>) {
-        let head = &src[..pos];
-        if head.trim_start().starts_with(':') && !head.contains(' ') {
-            let start = head.len() - head.trim_start().len();
-            let names = crate::meta::META_NAMES
-                .iter()
-                .filter(|n| n.starts_with(head.trim_start()))
-                .map(|n| Completion { text: n.to_string(), kind: "magic".into(), signature: n.to_string() })
-                .collect();
-            return (start, names);
+        if let Some(meta) = crate::names::meta_completions(src, pos) {
+            return meta;
         }
         match quietly(|| self.ctx.completions(src, pos)) {
-            Some(Ok(c)) => {
+            Some(Ok(c)) if !c.completions.is_empty() => {
                 let mut seen = std::collections::HashSet::new();
                 let list = c
                     .completions
@@ -513,7 +533,7 @@ impl Session {
                     .collect();
                 (c.start_offset, list)
             }
-            _ => (pos, vec![]),
+            _ => crate::names::complete(src, pos),
         }
     }
 
@@ -538,6 +558,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.socket);
+        crate::files::remove_cell_libraries(&self.build_dir);
     }
 }
 

@@ -204,3 +204,38 @@ fn scripts_with_dash_e_and_a_pipe() {
         "{stdout}"
     );
 }
+
+/// `kill -INT` on the REPL's pid, as a person's other terminal or a supervisor sends it: at the
+/// prompt nothing ends; while a cell runs it interrupts the cell and the variables stay.
+#[test]
+fn sigint_to_the_repl_interrupts_the_cell_and_never_ends_the_session() {
+    let _one = ONE_SESSION_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = Session::spawn(repl()).expect("spawn eager-repl in a pty");
+    let pid = p.get_process().pid().as_raw();
+    let sigint = || {
+        // SAFETY: kill with a pid this test started and a valid signal number.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    };
+    p.set_expect_timeout(Some(FIRST_START));
+    p.expect(PROMPT).expect("the first prompt");
+    cell(&mut p, "let kept = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3])?; kept.dtype()", "F32");
+    p.set_expect_timeout(Some(CELL));
+
+    // At the prompt: the REPL stays.
+    sigint();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(p.get_process().is_alive().unwrap(), "SIGINT at the prompt ended the REPL");
+    cell(&mut p, "kept.sum_all()?", r"6\.0000");
+
+    // While a cell runs: the cell stops with `interrupted`, the session and `kept` stay.
+    p.send_line("let mut x = kept.clone(); loop { x = &x + 1.0; }").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    sigint();
+    p.expect("add: interrupted").expect("the loop's next op fails with `interrupted`");
+    p.expect(PROMPT).unwrap();
+    cell(&mut p, "kept.to_vec::<f32>()?", r"\[1\.0, 2\.0, 3\.0\]");
+    assert!(p.get_process().is_alive().unwrap());
+
+    p.send(ControlCode::EndOfTransmission).unwrap();
+    p.expect(Eof).expect("exit on Ctrl-D");
+}

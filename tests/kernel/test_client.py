@@ -5,6 +5,7 @@ import os
 import pathlib
 import random
 import re
+import signal
 import time
 
 import pytest
@@ -209,6 +210,31 @@ def test_interrupt_stops_a_long_loop_and_keeps_variables(kernel):
     assert results(outputs) == ["tensor(6.0000, shape=[], dtype=f32, device=cpu:0)"]
 
 
+def test_sigint_to_the_kernel_pid_interrupts_the_cell_and_the_kernel_lives(kernel):
+    """A kernelspec with `interrupt_mode: signal`, `kill -INT` or a terminal's Ctrl-C: SIGINT
+    does what ipykernel does with it, never ends the kernel."""
+    km, kc = kernel
+    pid = km.provisioner.process.pid
+    content, _ = run(kc, "let kept_sig = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3])?;")
+    assert content["status"] == "ok"
+    # Idle: nothing happens.
+    os.kill(pid, signal.SIGINT)
+    time.sleep(1)
+    assert km.is_alive(), "SIGINT ended an idle kernel"
+    content, outputs = run(kc, "kept_sig.sum_all()?")
+    assert content["status"] == "ok" and results(outputs) == ["tensor(6.0000, shape=[], dtype=f32, device=cpu:0)"]
+    # A running cell is interrupted; its variables stay.
+    msg_id = kc.execute("let mut x = kept_sig.clone(); loop { x = &x + 1.0; }")
+    time.sleep(4)
+    os.kill(pid, signal.SIGINT)
+    reply = kc.get_shell_msg(timeout=60)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "error" and "interrupted" in reply["content"]["evalue"], reply["content"]
+    assert km.is_alive(), "SIGINT ended the kernel"
+    content, outputs = run(kc, "kept_sig.to_vec::<f32>()?")
+    assert content["status"] == "ok" and results(outputs) == ["[1.0, 2.0, 3.0]"], outputs
+
+
 def child_pids(pid):
     kids = []
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
@@ -278,6 +304,11 @@ def test_kernel_info_is_answered_while_the_session_starts():
         print(f"kernel_info answered {took:.2f} s after the kernel process started")
         assert reply["parent_header"]["msg_id"] == msg_id
         assert reply["content"]["status"] == "ok" and reply["content"]["language_info"]["name"] == "rust"
+        # Completion answers at once from the index of public names, before rust-analyzer is up.
+        for code, want in [("Tensor::ze", "zeros"), ("String::fro", "from"), (":pro", ":profile")]:
+            kc.complete(code, len(code))
+            matches = kc.get_shell_msg(timeout=10)["content"]["matches"]
+            assert want in matches, (code, matches)
         # A cell sent at once waits for the session, then runs; busy and idle frame each request.
         content, outputs = run(kc, "40 + 2", timeout=STARTUP)
         assert content["status"] == "ok" and results(outputs) == ["42"]
