@@ -213,7 +213,10 @@ fn two_processes_filling_one_cache_at_once_leave_it_valid() {
     let files = all_files(dir.path());
     let stray: Vec<&String> = files
         .iter()
-        .filter(|n| !n.ends_with(".xla") && !(n.starts_with("used-") && n.ends_with(".log")))
+        .filter(|n| {
+            let used_log = n.starts_with("used-") && n.ends_with(".log");
+            !n.ends_with(".xla") && !used_log
+        })
         .collect();
     assert!(stray.is_empty(), "files other than entries and the log: {stray:?}");
     assert_eq!(entries(dir.path()).len(), ra.outcomes.len());
