@@ -205,9 +205,10 @@ NOTEBOOKS = {
                       "format!(\"eager: loss {:.3} -> {:.3}, accuracy {:.1}%, {} op dispatches in {:.2} s\",\n"
                       "        eager_losses[0], eager_losses[steps - 1], 100.0 * accuracy(&model, &x, &y)?, eager_profile.ops().count(),\n"
                       "        eager_profile.wall_ns() as f64 / 1e9)"),
-        new_markdown_cell("Every op of the step is in the table: the forward matmuls, the backward's transposed "
-                          "matmuls, the optimizer's elementwise updates. Each compiled once, then executed "
-                          "from the cache at every step."),
+        new_markdown_cell("Every op of the step is in the table, named as the user called it: each `linear` "
+                          "(matmul and bias as one executable), `relu`, `cross_entropy`, the whole `backward` "
+                          "pass and Adam's update of every parameter (`adam.step`) as one executable each. "
+                          "Each compiled once, then executed from the cache at every step."),
         new_code_cell("eager_profile"),
         new_markdown_cell("## Compiled\n\nThe same step inside `eager::compile`: the first call traces it "
                           "(every op is recorded instead of run) into one StableHLO program and compiles that; "
@@ -544,9 +545,10 @@ NOTEBOOKS = {
                       "let diff = full.sub(&cached)?.abs()?.flatten()?.max(&[0], false)?.item::<f32>()?;\n"
                       "println!(\"{:?}\", out.iter().map(|&i| vocab[i as usize]).collect::<String>());\n"
                       "format!(\"{} characters written; largest difference between cached and full logits {:.1e}\", out.len() - prompt.len(), diff)"),
-        new_markdown_cell("One decoding step, op by op: the embeddings, each block's projections, the cache update "
-                          "(a `where` at the new slot), attention over the whole cache with the unfilled slots "
-                          "masked, the MLP and the head."),
+        new_markdown_cell("One decoding step, op by op: the embeddings, each block's projections (`linear`), the "
+                          "cache update (a `where` at the new slot), attention over the whole cache with the "
+                          "unfilled slots masked (`scaled_dot_product_attention`: scores, softmax and weighted sum "
+                          "as one executable), the MLP and the head."),
         new_code_cell("let mut one = gpt.blocks.iter().map(|b| b.attn.new_cache(1, context)).collect::<Result<Vec<_>>>()?;\n"
                       "let token = Tensor::from_slice(&[prompt[0]], &[1, 1])?;\n"
                       "let (_, decode_profile) = viz::profile(|| -> Result<()> { gpt.decode(&token, &mut one)?.block_until_ready()?; Ok(()) });\n"

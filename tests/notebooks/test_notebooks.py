@@ -134,7 +134,8 @@ def check_gpt(nb):
     assert cached and int(cached[1]) > 20 and float(cached[2]) < 1e-3, text
     assert any(svg.lstrip().startswith("<svg") for svg in outputs(nb, "image/svg+xml"))
     tables = [h for h in outputs(nb, "text/html") if "<table" in h]
-    assert any("dot_general" in h or "matmul" in h for h in tables), tables
+    # The decode step's ops as the model calls them: its projections and its attention.
+    assert any("linear" in h and "attention" in h for h in tables), tables
 
 
 def check_multi_device(nb):
