@@ -153,8 +153,10 @@ impl DiskCache {
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
             .map(|d| d.as_nanos())
             .unwrap_or(0);
+        // `XLA_FLAGS` changes what the plugin compiles (and `--xla_dump_to` dumps only at a
+        // compile): executables compiled under other flags are not loaded.
         let identity = format!(
-            "plugin={} size={} mtime={mtime} api={}.{} platform={} {} attrs={:?}",
+            "plugin={} size={} mtime={mtime} api={}.{} platform={} {} attrs={:?} xla_flags={:?}",
             plugin_path.display(),
             meta.map(|m| m.len()).unwrap_or(0),
             client.api.version.0,
@@ -162,6 +164,7 @@ impl DiskCache {
             client.platform_name,
             client.platform_version,
             client.api.attributes().unwrap_or_default(),
+            std::env::var("XLA_FLAGS").unwrap_or_default(),
         );
         let digest = Sha256::digest(identity.as_bytes());
         let log = dir.join(format!("used-{}.log", hex(&digest[..8])));

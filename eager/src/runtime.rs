@@ -610,6 +610,10 @@ impl Program {
                 p.mesh.devices().iter().map(|&d| rt.device(d).map(|i| i.id)).collect::<Result<_>>()?;
             options = pjrt::compile_options(tier, Some(&ids));
         }
+        // Whole programs (compiled and fused steps) on the CPU: reductions through YNNPACK.
+        if rt.kind == DeviceKind::Cpu && tier == Tier::Optimized && matches!(key.op, Op::Call(_)) {
+            pjrt::add_cpu_reduce_fusions(&mut options);
+        }
         if let Some(ty) = crate::ops::emit::oversized_array(&mlir) {
             return Err(Error::shape(
                 info.name,
