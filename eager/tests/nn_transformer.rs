@@ -117,15 +117,11 @@ fn a_fully_masked_row_gives_zeros_not_nan() {
     let keep = |_: usize, i: usize, j: usize| i != 1 && j >= i; // row 1 sees nothing
     let mask: Vec<u8> = (0..l * s).map(|x| keep(0, x / s, x % s) as u8).collect();
     let mask_t = Tensor::from_bytes_on(&mask, &[l, s], DType::Bool, eager::default_device()).unwrap();
-    let got = scaled_dot_product_attention(
-        &qt,
-        &kt,
-        &vt,
-        AttentionOptions { mask: Some(&mask_t), ..Default::default() },
-    )
-    .unwrap()
-    .to_vec::<f32>()
-    .unwrap();
+    let attend = |mask: &Tensor| {
+        let opts = AttentionOptions { mask: Some(mask), ..Default::default() };
+        scaled_dot_product_attention(&qt, &kt, &vt, opts).unwrap().to_vec::<f32>().unwrap()
+    };
+    let got = attend(&mask_t);
     assert_eq!(&got[d..2 * d], &[0.0, 0.0], "the fully masked row");
     close(
         &got,
@@ -136,15 +132,7 @@ fn a_fully_masked_row_gives_zeros_not_nan() {
     // The same with an all -inf float row.
     let add: Vec<f32> = mask.iter().map(|&m| if m == 1 { 0.0 } else { f32::NEG_INFINITY }).collect();
     let add_t = Tensor::from_slice(&add, &[l, s]).unwrap();
-    let got2 = scaled_dot_product_attention(
-        &qt,
-        &kt,
-        &vt,
-        AttentionOptions { mask: Some(&add_t), ..Default::default() },
-    )
-    .unwrap()
-    .to_vec::<f32>()
-    .unwrap();
+    let got2 = attend(&add_t);
     assert_eq!(got, got2);
 }
 
