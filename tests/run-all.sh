@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 # torch and transformers: the Hugging Face round trip (tests/models)
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements-models.txt
+# Tests start sessions with settings of their own: each would get a session server of its own
+# (a spare session, ~1 GB, for an hour). The tests of the server turn it on.
+export EAGER_SESSION_SERVER=0
 cargo test --release --workspace
 cargo build --release -p kernel
 cargo build --release -p eager-models --examples

@@ -116,6 +116,15 @@ fn handle(req: &Value) -> Result<Value, String> {
             runtime::set_interrupted(false);
             json!({ "ok": true })
         }
+        // A warm session handed to a front end takes on its directory and environment.
+        "adopt" => {
+            let cwd = req["cwd"].as_str().ok_or("adopt: no cwd")?;
+            std::env::set_current_dir(cwd).map_err(|e| format!("adopt: entering {cwd}: {e}"))?;
+            for (k, v) in req["env"].as_object().into_iter().flatten() {
+                std::env::set_var(k, v.as_str().unwrap_or_default());
+            }
+            json!({ "ok": true })
+        }
         other => return Err(format!("unknown request {other:?}")),
     })
 }

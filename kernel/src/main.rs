@@ -55,6 +55,9 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         prefix: Option<PathBuf>,
     },
+    /// Starts the session server (if none runs) and waits until its warm session is ready: the
+    /// next kernel's first cell runs at once.
+    Warm,
 }
 
 fn main() -> ExitCode {
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
             install::install(&target)
                 .map(|dir| println!("installed kernelspec {} in {}", install::KERNEL_NAME, dir.display()))
         }
+        (Some(Cmd::Warm), _) => repl::remote::warm(&session_options()),
         (None, Some(file)) => run(&file),
         (None, None) => Err(anyhow::anyhow!("give --connection-file FILE (Jupyter does), or `install`")),
     };
@@ -81,6 +85,11 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The kernel's session: on `EAGER_DEVICE`'s device when set (kernel.json's `env` can set it).
+fn session_options() -> SessionOptions {
+    SessionOptions { device: std::env::var("EAGER_DEVICE").ok(), ..Default::default() }
 }
 
 /// What goes out on iopub, in order, from every task and thread.
@@ -140,7 +149,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
         })
     };
 
-    let opts = SessionOptions { device: std::env::var("EAGER_DEVICE").ok(), ..Default::default() };
+    let opts = session_options();
     let session = Worker::start(opts, sink);
     let running = Arc::new(AtomicU64::new(0));
 
@@ -246,7 +255,7 @@ impl Kernel {
     /// Runs `f` on the session without blocking the kernel's tasks (it waits for the start).
     async fn on_session<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut repl::Session) -> R + Send + 'static,
+        f: impl FnOnce(&mut dyn repl::Engine) -> R + Send + 'static,
     ) -> Result<R, String> {
         let session = self.session.clone();
         tokio::task::spawn_blocking(move || session.run(f))

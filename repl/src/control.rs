@@ -125,6 +125,13 @@ impl Control {
         self.call(json!({"op": "trim"})).map(drop)
     }
 
+    /// The cell process takes on a front end's working directory and environment variables.
+    pub fn adopt(&mut self, cwd: &Path, env: &[(String, String)]) -> Result<()> {
+        let env: serde_json::Map<String, Value> =
+            env.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+        self.call(json!({"op": "adopt", "cwd": cwd, "env": env})).map(drop)
+    }
+
     pub fn clear_interrupt(&mut self) -> Result<()> {
         self.call(json!({"op": "clear_interrupt"})).map(drop)
     }

@@ -52,11 +52,12 @@ pub fn control_socket_path(dir: &Path) -> PathBuf {
 /// up: a kill, a crash), and the `eager-*.sock` files earlier versions left in the temp dir.
 /// Returns how many were removed.
 pub fn remove_stale_sockets(dir: &Path) -> usize {
-    let ours = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("control-"));
+    let ours = std::fs::read_dir(dir).into_iter().flatten().flatten().filter(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // A session-server's spare is not probed (a connection claims it): its server's
+        // process is asked instead.
+        name.starts_with("control-") || name.starts_with("server-") || spare_orphaned(&name)
+    });
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
     let legacy = std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten().filter(|e| {
@@ -72,12 +73,26 @@ pub fn remove_stale_sockets(dir: &Path) -> usize {
             use std::os::unix::fs::FileTypeExt;
             t.is_socket()
         });
+        let name = entry.file_name().to_string_lossy().into_owned();
         // A listener answers at once; refused (or any failure) means its process is gone.
-        if is_socket && UnixStream::connect(&path).is_err() && std::fs::remove_file(&path).is_ok() {
+        let stale = if name.starts_with("session-") {
+            spare_orphaned(&name)
+        } else {
+            UnixStream::connect(&path).is_err()
+        };
+        if is_socket && stale && std::fs::remove_file(&path).is_ok() {
             removed += 1;
         }
     }
     removed
+}
+
+/// A spare session's socket (`session-<server pid>-<n>.sock`) whose server is gone.
+fn spare_orphaned(name: &str) -> bool {
+    let pid =
+        name.strip_prefix("session-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok());
+    // SAFETY: signal 0 checks that the process exists and sends nothing.
+    pid.is_some_and(|pid| unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
 }
 
 /// The cell libraries evcxr built in `build_dir`: `target/<triple>/debug/libcode_N.so` (the
@@ -111,6 +126,50 @@ pub fn remove_cell_libraries(build_dir: &Path) -> u64 {
         }
     }
     freed
+}
+
+/// A build dir of evcxr's that no other session uses now: `<base>/0`, `<base>/1`, … each held
+/// by a file lock for the session's life, so the dependency build is reused, never shared. A
+/// new one starts as a copy of a built one (seconds, where building eager into it takes
+/// minutes): the session server's spare and the session in use need two.
+pub fn lock_build_dir(base: &Path) -> Result<(PathBuf, std::fs::File)> {
+    for i in 0..16 {
+        let dir = base.join(i.to_string());
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let lock = std::fs::File::create(dir.join(".session.lock"))?;
+        if lock.try_lock().is_ok() {
+            if !dir.join("target").exists() {
+                seed_build_dir(base, &dir);
+            }
+            return Ok((dir, lock));
+        }
+    }
+    Err(anyhow!("16 eager sessions are running already (build dirs under {} are all locked)", base.display()))
+}
+
+/// Copies a sibling's build (`target/`, `Cargo.lock`) into the new build dir `dir`, mtimes kept
+/// so that cargo finds the dependencies fresh; nothing (cargo builds) if none is built or the
+/// copy fails.
+fn seed_build_dir(base: &Path, dir: &Path) {
+    let Some(source) =
+        (0..16).map(|i| base.join(i.to_string())).find(|d| d != dir && d.join("target/debug").is_dir())
+    else {
+        return;
+    };
+    let tmp = dir.join(format!("target.seed-{}", std::process::id()));
+    let copied = std::process::Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(source.join("target"))
+        .arg(&tmp)
+        .status()
+        .is_ok_and(|s| s.success());
+    if copied && std::fs::rename(&tmp, dir.join("target")).is_ok() {
+        let _ = std::fs::copy(source.join("Cargo.lock"), dir.join("Cargo.lock"));
+        // Cell libraries the source held are not ours to load.
+        remove_cell_libraries(dir);
+    } else {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
 }
 
 #[cfg(test)]

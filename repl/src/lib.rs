@@ -12,19 +12,23 @@
 //! ([`Control`]) uses to read the profiler log and the cache, set the device and interrupt.
 
 mod control;
+mod engine;
 mod files;
 pub mod input;
 mod meta;
 mod names;
 mod phases;
+pub mod remote;
+mod server;
 mod session;
 mod worker;
 
 pub use control::Control;
+pub use engine::{Engine, Interrupter};
 pub use meta::{MetaCommand, META_HELP};
 /// Completions with no session (while it starts): meta commands and the index of public names.
 pub use names::complete as complete_from_index;
-pub use session::{CellError, Completion, Interrupter, Output, Session, SessionOptions, Stream, StreamSink};
+pub use session::{CellError, Completion, Output, Session, SessionOptions, Stream, StreamSink};
 pub use worker::Worker;
 
 /// Defines, in a front end's binary crate, the static the cells' copies of eager share their
@@ -38,8 +42,8 @@ macro_rules! export_session_slot {
     };
 }
 
-/// Call first in `main`: when this process is evcxr's child (or its rustc wrapper) it runs as
-/// that and never returns. The child ignores SIGINT: the host interrupts it through eager's
+/// Call first in `main`: when this process is evcxr's child (or its rustc wrapper), the session
+/// server or one of its sessions, it runs as that and never returns. The child ignores SIGINT: the host interrupts it through eager's
 /// control socket, so a Ctrl-C in the terminal stops the running op, not the process and its
 /// variables.
 pub fn child_hook() {
@@ -50,7 +54,27 @@ pub fn child_hook() {
             eprintln!("eager: cannot watch the cell process's output ({e}): `?` errors will not be reported as errors");
         }
     }
+    if std::env::var_os("EVCXR_RUSTC_WRAPPER").is_some() {
+        point_core_extern_at_rmeta();
+    }
     evcxr::runtime_hook();
+    // The session server and its sessions are this binary too.
+    server::hook();
+}
+
+/// In evcxr's rustc wrapper (dylib mode): evcxr names `core=<sysroot>/libstd-*.so` for every
+/// crate, and rustc 1.9x refuses that for a `#![no_std]` crate (libc): "only metadata stub
+/// found for `dylib` dependency `core`". The `.rmeta` beside it has the full metadata.
+fn point_core_extern_at_rmeta() {
+    const VAR: &str = "EVCXR_CORE_EXTERN";
+    let Some(value) = std::env::var_os(VAR) else { return };
+    let value = value.to_string_lossy().into_owned();
+    if let Some(so) = value.strip_prefix("core=").filter(|p| p.ends_with(".so")) {
+        let rmeta = format!("{}.rmeta", so.trim_end_matches(".so"));
+        if std::path::Path::new(&rmeta).is_file() {
+            std::env::set_var(VAR, format!("core={rmeta}"));
+        }
+    }
 }
 
 /// The line evcxr's generated code prints when a cell's `?` returned an error (its message

@@ -33,6 +33,10 @@ struct Args {
     /// Evaluate CODE and exit (for scripts).
     #[arg(short = 'e', value_name = "CODE")]
     eval: Option<String>,
+    /// Start the session server (if none runs) and wait until its warm session is ready, then
+    /// exit: the next eager-repl starts at once.
+    #[arg(long, conflicts_with = "eval")]
+    warm: bool,
 }
 
 fn main() -> ExitCode {
@@ -108,6 +112,10 @@ fn run(args: Args) -> Result<ExitCode> {
     let interactive = args.eval.is_none() && std::io::stdin().is_terminal();
     // The prompt is up while the session starts; a cell waits for it (see `wait_for_start`).
     let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None };
+    if args.warm {
+        repl::remote::warm(&opts)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
         Stream::Stdout if line == eager_cell::CLEAR_OUTPUT_MARKER => {}
         Stream::Stdout => match eager_cell::DisplayLine::parse(line) {

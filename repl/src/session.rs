@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use evcxr::CommandContext;
+use serde::{Deserialize, Serialize};
 
 use crate::control::Control;
+use crate::engine::Interrupter;
 use crate::meta::{MetaCommand, META_HELP};
 
 /// How a session starts.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SessionOptions {
     /// Default device of the session (`cpu`, `tpu:0`, …).
     pub device: Option<String>,
@@ -26,7 +28,7 @@ pub struct SessionOptions {
 
 /// One display of a cell: its payload per MIME type (`image/png` as base64), and whether it
 /// is the cell's value (a Jupyter `execute_result`) or a display (`display_data`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Output {
     pub data: Vec<(String, String)>,
     pub is_result: bool,
@@ -42,7 +44,7 @@ impl Output {
 }
 
 /// A cell that failed: Jupyter's `ename`, `evalue`, and the rendered report (ANSI colours).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CellError {
     pub ename: String,
     pub evalue: String,
@@ -66,7 +68,7 @@ impl CellError {
 
 /// A completion: the text to insert (a name, as Jupyter's messaging spec says), its kind
 /// (`function`, `module`, …) and a signature or label for clients that show one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completion {
     pub text: String,
     pub kind: String,
@@ -175,7 +177,7 @@ impl Session {
         let dylib = dylib_mode();
         // The two linking modes build everything differently: a build dir set for each.
         let base = cache.join(if dylib { "evcxr-dylib" } else { "evcxr" });
-        let (build_dir, lock) = lock_build_dir(&base)?;
+        let (build_dir, lock) = crate::files::lock_build_dir(&base)?;
         // Cell libraries a killed session left in this build dir (ours alone now).
         crate::files::remove_cell_libraries(&build_dir);
         write_cell_profile(&base)?;
@@ -282,7 +284,17 @@ impl Session {
     /// A handle that interrupts the running cell from another thread (the front end's Ctrl-C
     /// or a Jupyter interrupt).
     pub fn interrupter(&self) -> Interrupter {
-        Interrupter { socket: self.socket.clone(), child: self.ctx.process_handle() }
+        Interrupter::local(self.socket.clone(), self.ctx.process_handle())
+    }
+
+    /// Takes on a front end's working directory and environment (a warm session handed over by
+    /// the session server was started elsewhere): this process's and the cell process's.
+    pub fn adopt(&mut self, cwd: &Path, env: &[(String, String)]) -> Result<()> {
+        std::env::set_current_dir(cwd).with_context(|| format!("entering {}", cwd.display()))?;
+        for (k, v) in env {
+            std::env::set_var(k, v);
+        }
+        self.control()?.adopt(cwd, env)
     }
 
     /// Evaluates a cell: one of our meta commands, or Rust (and evcxr's commands) in the child.
@@ -562,25 +574,6 @@ impl Drop for Session {
     }
 }
 
-/// Interrupts a running cell: asks eager to fail its next op; `kill` stops the child
-/// outright (variables are lost; evcxr restarts it).
-#[derive(Clone)]
-pub struct Interrupter {
-    socket: PathBuf,
-    child: Arc<Mutex<std::process::Child>>,
-}
-
-impl Interrupter {
-    pub fn interrupt(&self) -> Result<()> {
-        Control::connect(&self.socket)?.interrupt()
-    }
-    pub fn kill(&self) {
-        if let Ok(mut c) = self.child.lock() {
-            let _ = c.kill();
-        }
-    }
-}
-
 /// evcxr's error as a Jupyter-style error, compiler errors rendered with their spans.
 fn render_error(e: &evcxr::Error, src: &str) -> CellError {
     match e {
@@ -686,18 +679,4 @@ fn with_toolchain_libdir(current: Option<std::ffi::OsString>) -> Result<std::ffi
 
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// A build dir of evcxr's that no other session uses now: `<base>/0`, `<base>/1`, … each held
-/// by a file lock for the session's life, so the dependency build is reused, never shared.
-fn lock_build_dir(base: &Path) -> Result<(PathBuf, File)> {
-    for i in 0..16 {
-        let dir = base.join(i.to_string());
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let lock = File::create(dir.join(".session.lock"))?;
-        if lock.try_lock().is_ok() {
-            return Ok((dir, lock));
-        }
-    }
-    Err(anyhow!("16 eager sessions are running already (build dirs under {} are all locked)", base.display()))
 }

@@ -1,16 +1,22 @@
-//! [`Worker`]: a [`Session`] on a thread of its own, started in the background, so that a front
+//! [`Worker`]: a session on a thread of its own, started in the background, so that a front
 //! end shows its prompt (or answers Jupyter's `kernel_info_request`) at once while evcxr and
-//! eager start behind it. Requests queue in order and run once the session is up.
+//! eager start behind it. Requests queue in order and run once the session is up. The session
+//! is a warm one from the session server ([`crate::remote`]) when it can give one, else a
+//! [`Session`] started here.
 
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use eager::shared::lock;
 
-use crate::session::{Interrupter, Session, SessionOptions, StreamSink};
+use crate::engine::{Engine, Interrupter};
+use crate::session::{Session, SessionOptions, StreamSink};
+
+/// A request run on the session thread.
+type Request = Box<dyn FnOnce(&mut dyn Engine) + Send>;
 
 enum Job {
-    Run(Box<dyn FnOnce(&mut Session) + Send>),
+    Run(Request),
     /// Ends the thread, dropping the session (its evcxr child and control socket).
     Stop,
 }
@@ -56,7 +62,7 @@ impl Worker {
         };
         let spawned = std::thread::Builder::new().name("eager-session".into()).spawn(move || {
             let exit = OnExit(set);
-            let mut session = match Session::start(&opts, sink) {
+            let mut session = match start(&opts, sink) {
                 Ok(s) => s,
                 // Queued and later jobs are dropped: their callers see the failure.
                 Err(e) => return (exit.0)(State::Failed(format!("{e:#}"))),
@@ -65,7 +71,7 @@ impl Worker {
             for job in rx {
                 let Job::Run(job) = job else { break };
                 // A panic in the engine fails that request; the session goes on.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut session)));
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(session.as_mut())));
             }
         });
         if let Err(e) = spawned {
@@ -131,10 +137,10 @@ impl Worker {
     /// returns its result; an error if the session could not start.
     pub fn run<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Session) -> R + Send + 'static,
+        f: impl FnOnce(&mut dyn Engine) -> R + Send + 'static,
     ) -> Result<R, String> {
         let (tx, rx) = mpsc::channel();
-        let sent = self.jobs.send(Job::Run(Box::new(move |s: &mut Session| {
+        let sent = self.jobs.send(Job::Run(Box::new(move |s: &mut dyn Engine| {
             let _ = tx.send(f(s));
         })));
         match sent.ok().and_then(|_| rx.recv().ok()) {
@@ -145,4 +151,16 @@ impl Worker {
             }),
         }
     }
+}
+
+/// A warm session from the session server, or (server off, or it failed: said on stderr) one
+/// started here.
+fn start(opts: &SessionOptions, sink: StreamSink) -> anyhow::Result<Box<dyn Engine>> {
+    if crate::remote::enabled() {
+        match crate::remote::connect(opts, sink.clone()) {
+            Ok(remote) => return Ok(Box::new(remote)),
+            Err(e) => eprintln!("eager: no session from the session server ({e:#}); starting one here"),
+        }
+    }
+    Ok(Box::new(Session::start(opts, sink)?))
 }

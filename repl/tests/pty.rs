@@ -19,7 +19,8 @@ const CELL: Duration = Duration::from_secs(120);
 
 fn repl() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_eager-repl"));
-    cmd.env("TERM", "xterm").env_remove("EAGER_DEVICE");
+    // A session of its own (the session server has a test of its own).
+    cmd.env("TERM", "xterm").env_remove("EAGER_DEVICE").env("EAGER_SESSION_SERVER", "0");
     cmd
 }
 

@@ -6,6 +6,7 @@ import pathlib
 import random
 import re
 import signal
+import tempfile
 import time
 
 import pytest
@@ -280,6 +281,10 @@ def test_restart_resets_the_count_and_shutdown_leaves_no_process():
         while time.time() < deadline and any(alive(p) for p in [pid, *kids]):
             time.sleep(0.2)
         assert not any(alive(p) for p in [pid, *kids]), "a kernel process outlived shutdown"
+        # Nor does its control socket (in the per-user runtime dir).
+        run_dir = (pathlib.Path(os.environ["XDG_RUNTIME_DIR"]) / "eager" if os.environ.get("XDG_RUNTIME_DIR")
+                   else pathlib.Path(tempfile.gettempdir()) / f"eager-{os.geteuid()}")
+        assert not list(run_dir.glob(f"control-{pid}-*.sock")), "the kernel's control socket outlived it"
     finally:
         kc.stop_channels()
         if km.is_alive():
