@@ -108,6 +108,7 @@ fn serve(socket: &Path) -> Result<()> {
                 );
                 // Still holding the lock: no other server listens here yet.
                 let _ = std::fs::remove_file(socket);
+                let _ = std::fs::remove_file(socket.with_extension("lock"));
                 return Ok(());
             }
             continue;
