@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: Rust tests of every crate (core, viz, REPL through a pty), then the
-# Jupyter kernel under real Jupyter clients and the notebooks under nbclient, and a model
-# trained in eager loaded by transformers.
+# The whole test suite: Rust tests of every crate (core, viz, REPL through a pty, the guide's
+# snippets), the API docs and the guide built, then the Jupyter kernel under real Jupyter
+# clients and the notebooks under nbclient, and a model trained in eager loaded by transformers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
@@ -10,7 +10,17 @@ python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements
 # Tests start sessions with settings of their own: each would get a session server of its own
 # (a spare session, ~1 GB, for an hour). The tests of the server turn it on.
 export EAGER_SESSION_SERVER=0
+# Every crate's tests, doctests included: eager-guide's doctests are the guide's Rust snippets.
 cargo test --release --workspace
+# The API docs: every intra-doc link resolves, nothing warns.
+RUSTDOCFLAGS="-D warnings" cargo doc --release --workspace --no-deps
+# The guide (docs/, an mdBook): mdbook from crates.io at a pinned version, installed once
+# (a cold install is about two minutes; later runs find it and skip it).
+MDBOOK_VERSION=0.5.4
+if [ "$(mdbook --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+  cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --features search
+fi
+mdbook build docs
 cargo build --release -p kernel
 cargo build --release -p eager-models --examples
 python3 -m pytest -q tests/kernel tests/notebooks tests/models

@@ -9,6 +9,7 @@ use crate::{print_error_block, show_all};
 /// Shows any `Debug` value that ends a REPL cell in one compile; eager's and viz's types with
 /// a rich form (a tensor, cache stats, a profile, a chart, a comparison, a PNG) show that.
 pub trait EvcxrDisplay {
+    /// Shows `self` as the value of the cell: its rich form per MIME type, or its `Debug` text.
     fn evcxr_display(&self);
 }
 
@@ -40,6 +41,7 @@ pub fn bundle_of<T: Debug + ?Sized>(value: &T) -> Vec<(String, String)> {
 /// its values and HTML table), `Err` as the cell's error (Jupyter's error reply). Taken by
 /// value, so it wins over [`EvcxrDisplay`] (which takes `&self`) for `Result`s.
 pub trait EvcxrResultDisplay {
+    /// Shows `Ok` as the cell's value, or fails the cell with `Err` (its kind and message).
     fn evcxr_display(self);
 }
 

@@ -20,6 +20,30 @@
 //!
 //! This crate sits above eager and viz, not below: they are libraries for any program and
 //! print nothing for notebooks; the one crate that knows evcxr's protocol knows their types.
+//!
+//! In a cell (the session has brought the traits into scope and attached), a value that ends
+//! the cell shows itself; live displays update while the cell runs:
+//!
+//! ```
+//! use eager::prelude::*;
+//! use eager_cell::{EvcxrDisplay, LiveChart, Progress};
+//! let t = Tensor::arange(0.0, 4.0, 1.0, DType::F32)?;
+//! t.evcxr_display(); // what a cell ending in `t` shows: its text and an HTML table
+//! let mut bar = Progress::new("steps", 3);
+//! let mut chart = LiveChart::new("loss", "step", "loss").every(2);
+//! for step in 0..3 {
+//!     chart.push(1.0 / (1.0 + step as f64));
+//!     bar.inc();
+//! }
+//! bar.finish();
+//! chart.finish();
+//! # Ok::<(), eager::Error>(())
+//! ```
+//!
+//! Outside a session the same calls print their text and markers to standard output. The
+//! guide's chapter "Jupyter" (`docs/src/jupyter.md`) has more.
+
+#![warn(missing_docs)]
 
 mod control;
 mod display;

@@ -19,8 +19,11 @@ pub const DISPLAY_MARKER: &str = "EAGER_DISPLAY ";
 /// value per MIME type. An update whose data is empty removes the display's content.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DisplayLine {
+    /// The display's id (the same for the display and all its updates).
     pub id: String,
+    /// Whether this updates an earlier display rather than showing a new one.
     pub update: bool,
+    /// The value per MIME type (`("text/plain", …)`, `("image/svg+xml", …)`).
     pub data: Vec<(String, String)>,
 }
 
@@ -35,6 +38,7 @@ impl DisplayLine {
         serde_json::from_str(line.strip_prefix(DISPLAY_MARKER)?).ok()
     }
 
+    /// The value for `mime`, if the display has one.
     pub fn get(&self, mime: &str) -> Option<&str> {
         self.data.iter().find(|(m, _)| m == mime).map(|(_, v)| v.as_str())
     }
@@ -130,6 +134,7 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// A bar for `total` steps labelled `label`, shown at once at 0.
     pub fn new(label: &str, total: usize) -> Progress {
         let now = Instant::now();
         let mut p = Progress {
@@ -171,6 +176,7 @@ impl Progress {
     /// the same.
     pub fn finish(self) {}
 
+    /// The id of the display the bar draws in.
     pub fn display_id(&self) -> &str {
         self.handle.id()
     }
@@ -338,6 +344,7 @@ impl LiveChart {
         }
     }
 
+    /// The id of the display the chart draws in, once it has been shown (at its first redraw).
     pub fn display_id(&self) -> Option<&str> {
         self.handle.as_ref().map(|h| h.id())
     }

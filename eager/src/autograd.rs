@@ -1,7 +1,7 @@
 //! Reverse-mode automatic differentiation over the eager ops. A dispatch whose inputs track
-//! gradients records a [`Node`] (the op and its inputs) on its result; [`Tensor::backward`]
+//! gradients records a `Node` (the op and its inputs) on its result; [`Tensor::backward`]
 //! walks those nodes from a scalar back to the leaves, applying each op's gradient rule
-//! ([`Op::backward`], defined beside the op in `ops.rs`). The rules are ordinary tensor ops,
+//! (`Op::backward`, defined beside the op in `ops.rs`). The rules are ordinary tensor ops,
 //! so gradients run through the same single-op compile cache (and are profiled the same way).
 
 use std::collections::HashMap;

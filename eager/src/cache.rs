@@ -6,7 +6,7 @@
 //! Tiers: a key's first executable is usually the quick tier ([`Tier`]); when the key turns
 //! hot ([`Tiering`]: calls, or device time booked by its launches' completions) a lookup
 //! says so once, the runtime compiles the optimized tier in the background, and
-//! [`Cache::promote`] swaps it in under the same lock the lookups take.
+//! `Cache::promote` swaps it in under the same lock the lookups take.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -108,6 +108,8 @@ impl Error {
                     let list: Vec<String> = largest.iter().map(|t| t.describe()).collect();
                     s.push_str(&format!("; largest live tensors: {}", list.join("; ")));
                 }
+                // What to do about it is the guide's: drop tensors, a smaller batch, a cap.
+                s.push_str(" (see \"Memory\" in the guide: docs/src/memory.md)");
                 s
             }
             Error::Interrupted { op } => format!("{op}: interrupted"),

@@ -19,7 +19,7 @@
 //! [`cache`] (in memory), [`disk_cache`] (persistent), [`profiler`] (the event log the viz
 //! crate draws), [`runtime`] (plugins, execute, transfers), [`mesh`] (meshes and shardings)
 //! → [`tensor`] (and its dispatch),
-//! [`autograd`], [`compile`] (a function traced into one program), [`var`] → [`nn`],
+//! [`autograd`], [`compile`](mod@compile) (a function traced into one program), [`var`] → [`nn`],
 //! [`optim`], [`io`] (safetensors and .npy files).
 
 pub mod autograd;

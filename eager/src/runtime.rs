@@ -1,5 +1,5 @@
 //! The executor: one runtime (plugin + client) per device kind, started on first use, and
-//! [`execute`], which runs one op's executable now (found in the compile cache, loaded from
+//! `execute`, which runs one op's executable now (found in the compile cache, loaded from
 //! the persistent one or compiled) and tracks its completion. Transfers of buffers to and from
 //! the host. It knows buffers and specs, not tensors: `tensor::dispatch` wraps what it makes.
 

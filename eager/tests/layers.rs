@@ -1,7 +1,7 @@
 //! The library's layers have no back-edges: no module of `eager/src` names a module of a
-//! layer above its own (read from the source, comments aside). Bottom up, as the README's map:
-//! dtype, shape, device, shared → error, pjrt, plugin, memory → ops → cache, disk_cache, profiler,
-//! runtime → tensor, autograd, compile, var → nn, optim, io.
+//! layer above its own (read from the source, comments aside). Bottom up, as the guide's map
+//! (docs/src/architecture.md): dtype, shape, device, shared → error, pjrt, plugin, memory → ops
+//! → cache, disk_cache, profiler, runtime → tensor, autograd, compile, var → nn, optim, io.
 
 use std::path::Path;
 

@@ -17,9 +17,11 @@ use crate::{ModelError, Result};
 
 /// A loaded checkpoint, one variant per architecture family.
 pub enum AutoModel {
+    /// GPT-2 (`model_type` `gpt2`).
     Gpt2(Gpt2),
     /// Llama, Mistral and Qwen2.
     Llama(Llama),
+    /// BERT's encoder (`model_type` `bert`).
     Bert(Bert),
 }
 
@@ -55,6 +57,7 @@ impl AutoModel {
         })
     }
 
+    /// The checkpoint's configuration.
     pub fn config(&self) -> &Config {
         match self {
             AutoModel::Gpt2(m) => &m.config,
@@ -74,6 +77,7 @@ impl AutoModel {
         }
     }
 
+    /// The model as an `eager::nn::Module`: its parameters under Hugging Face's names (for `state_dict`, optimizers, `save_pretrained`).
     pub fn module(&self) -> &dyn Module {
         match self {
             AutoModel::Gpt2(m) => m,

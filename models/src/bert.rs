@@ -12,28 +12,46 @@ use crate::config::Config;
 use crate::weights::Weights;
 use crate::{ModelError, Result};
 
+/// One encoder layer (post-norm): self-attention, add and norm, then the GELU MLP, add and norm.
 pub struct BertLayer {
+    /// The query projection (`attention.self.query`).
     pub query: Linear,
+    /// The key projection (`attention.self.key`).
     pub key: Linear,
+    /// The value projection (`attention.self.value`).
     pub value: Linear,
+    /// The attention's output projection (`attention.output.dense`).
     pub attention_output: Linear,
+    /// The norm after the attention's residual (`attention.output.LayerNorm`).
     pub attention_norm: LayerNorm,
+    /// The MLP's first projection (`intermediate.dense`).
     pub intermediate: Linear,
+    /// The MLP's second projection (`output.dense`).
     pub output: Linear,
+    /// The norm after the MLP's residual (`output.LayerNorm`).
     pub output_norm: LayerNorm,
 }
 
+/// BERT's encoder (`BertModel`): embeddings, then the layers; `last_hidden_state` out, no pooler.
 pub struct Bert {
+    /// The checkpoint's configuration.
     pub config: Config,
+    /// `"bert."` or `""`, as the checkpoint named its tensors (saved back the same way).
     pub prefix: String,
+    /// Token embeddings (`embeddings.word_embeddings`).
     pub word_embeddings: Embedding,
+    /// Learned position embeddings.
     pub position_embeddings: Embedding,
+    /// Segment (token type) embeddings.
     pub token_type_embeddings: Embedding,
+    /// The norm after the three embeddings are summed.
     pub embeddings_norm: LayerNorm,
+    /// The encoder layers, in order.
     pub layers: Vec<BertLayer>,
 }
 
 impl Bert {
+    /// Builds the encoder from `w` (tensors cast to `dtype`, uploaded to `device`), checking each against `cfg`.
     pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Bert> {
         if cfg.hidden_act != "gelu" {
             return Err(ModelError::Unsupported(format!("BERT activation `{}` (only gelu)", cfg.hidden_act)));

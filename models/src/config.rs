@@ -15,37 +15,58 @@ use crate::{io_error, ModelError, Result};
 /// The fields the architectures here read; `raw` keeps the whole file (saved back as it was).
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `model_type` (`gpt2`, `llama`, `mistral`, `qwen2`, `bert`).
     pub model_type: String,
+    /// `architectures` (`LlamaForCausalLM`, …).
     pub architectures: Vec<String>,
+    /// Tokens in the vocabulary.
     pub vocab_size: usize,
+    /// Width of the residual stream (GPT-2's `n_embd`).
     pub hidden_size: usize,
+    /// Transformer layers (GPT-2's `n_layer`).
     pub num_hidden_layers: usize,
+    /// Query heads (GPT-2's `n_head`).
     pub num_attention_heads: usize,
+    /// Key/value heads (fewer than query heads for grouped-query attention; the same when the config does not say).
     pub num_key_value_heads: usize,
+    /// Width of one head (`hidden_size / num_attention_heads` unless the config says).
     pub head_dim: usize,
+    /// Width of the MLP's hidden layer (GPT-2's `n_inner`, else 4 × `hidden_size`).
     pub intermediate_size: usize,
+    /// Longest sequence the position embeddings or rope cover.
     pub max_position_embeddings: usize,
     /// RMS norm's (Llama) or layer norm's (GPT-2, BERT) epsilon.
     pub norm_eps: f64,
+    /// Rotary embeddings' base (`rope_theta`, top-level or in `rope_parameters`).
     pub rope_theta: f64,
+    /// Rotary embeddings' scaling (`default`, `linear`, `llama3`).
     pub rope_scaling: RopeScaling,
+    /// Whether the output head shares the token embeddings' weight.
     pub tie_word_embeddings: bool,
     /// Bias on q, k and v (Qwen2 always; Llama's `attention_bias`).
     pub qkv_bias: bool,
     /// Bias on the attention's output projection (Llama's `attention_bias`).
     pub o_bias: bool,
+    /// Bias on the MLP's projections (Llama's `mlp_bias`).
     pub mlp_bias: bool,
+    /// The MLP's activation (`silu`, `gelu_new`, `gelu`, …; GPT-2's `activation_function`).
     pub hidden_act: String,
+    /// Segment vocabulary size (BERT's `type_vocab_size`).
     pub type_vocab_size: usize,
     /// The checkpoint's dtype (`dtype` or `torch_dtype`), when it says.
     pub dtype: Option<DType>,
+    /// Beginning-of-sequence token.
     pub bos_token_id: Option<u32>,
+    /// End-of-sequence tokens (`eos_token_id`, one or a list).
     pub eos_token_ids: Vec<u32>,
+    /// Padding token.
     pub pad_token_id: Option<u32>,
+    /// The whole `config.json`, as read.
     pub raw: Value,
 }
 
 impl Config {
+    /// Reads `config.json` at `path` (transformers 4's or 5's format).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(io_error(path))?;

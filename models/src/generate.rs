@@ -18,11 +18,13 @@ use crate::{ModelError, Result};
 /// cache it writes the new keys and values at the slot tensor `start` and `S` is the cache's
 /// capacity, without one `S = T`.
 pub trait CausalLm {
+    /// The model's configuration (vocabulary size, positions, cache shapes).
     fn config(&self) -> &Config;
 
     /// One static cache per layer, for `batch` sequences of up to `capacity` positions.
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>>;
 
+    /// One forward pass of `ids` at `positions` under `mask`: logits `[B, T, vocab]`; with `cache`, keys and values are written at `start` and read back from the cache.
     fn step(
         &self,
         ids: &Tensor,
@@ -87,14 +89,18 @@ pub enum DecodeMode {
 /// What [`generate`] does; `Default` is greedy, 32 new tokens, no stops.
 #[derive(Debug, Clone)]
 pub struct GenerateOptions {
+    /// Most tokens to generate per sequence.
     pub max_new_tokens: usize,
     /// 0: greedy (argmax); otherwise logits are divided by it and sampled.
     pub temperature: f64,
+    /// Sample among the `k` most likely tokens only.
     pub top_k: Option<usize>,
+    /// Sample among the most likely tokens whose probabilities add up to `p` (nucleus sampling).
     pub top_p: Option<f64>,
     /// transformers' `repetition_penalty`: scores of tokens already in the sequence are
     /// divided by it (multiplied when negative); 1 is none.
     pub repetition_penalty: f64,
+    /// Seed of the sampling (the same seed, the same tokens).
     pub seed: u64,
     /// A sequence ends after one of these tokens (kept in its output).
     pub stop_tokens: Vec<u32>,
@@ -102,6 +108,7 @@ pub struct GenerateOptions {
     pub stop_strings: Vec<String>,
     /// The id left padding uses (its value never matters: it is masked).
     pub pad_token_id: u32,
+    /// How each decode step runs: op by op, fused, or compiled.
     pub mode: DecodeMode,
 }
 

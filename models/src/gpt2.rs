@@ -16,7 +16,9 @@ use crate::{ModelError, Result};
 
 /// `y = x W + b` with `W` `[in, out]` (transformers' `Conv1D`).
 pub struct Conv1D {
+    /// `W`, `[in, out]`.
     pub weight: Var,
+    /// `b`, `[out]`.
     pub bias: Var,
 }
 
@@ -34,27 +36,42 @@ impl Conv1D {
     }
 }
 
+/// One GPT-2 block: pre-norm attention, then pre-norm GELU MLP, each added to the residual.
 pub struct Gpt2Block {
+    /// The norm before attention.
     pub ln_1: LayerNorm,
+    /// Query, key and value projections in one (`attn.c_attn`).
     pub c_attn: Conv1D,
+    /// The attention's output projection (`attn.c_proj`).
     pub attn_c_proj: Conv1D,
+    /// The norm before the MLP.
     pub ln_2: LayerNorm,
+    /// The MLP's first projection (`mlp.c_fc`).
     pub c_fc: Conv1D,
+    /// The MLP's second projection (`mlp.c_proj`).
     pub mlp_c_proj: Conv1D,
 }
 
+/// GPT-2 (`GPT2LMHeadModel`): token and position embeddings, the blocks, a final norm, and a head tied to the token embeddings.
 pub struct Gpt2 {
+    /// The checkpoint's configuration.
     pub config: Config,
     /// `"transformer."` or `""`, as the checkpoint named its tensors (saved back the same way).
     pub prefix: String,
+    /// Token embeddings (also the output head's weight).
     pub wte: Embedding,
+    /// Learned position embeddings.
     pub wpe: Embedding,
+    /// The blocks, in order.
     pub h: Vec<Gpt2Block>,
+    /// The final norm.
     pub ln_f: LayerNorm,
+    /// The dtype the weights were loaded in.
     pub dtype: DType,
 }
 
 impl Gpt2 {
+    /// Builds the model from `w` (tensors cast to `dtype`, uploaded to `device`), checking each against `cfg`.
     pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Gpt2> {
         if !matches!(cfg.hidden_act.as_str(), "gelu_new" | "gelu_pytorch_tanh") {
             return Err(ModelError::Unsupported(format!(

@@ -17,6 +17,8 @@
 //! Map: [`config`] (both config formats) and [`weights`] (mapped safetensors) → [`gpt2`],
 //! [`llama`], [`bert`] → [`auto`] → [`generate`], [`save`]; [`tokenizer`] stands apart.
 
+#![warn(missing_docs)]
+
 pub mod auto;
 pub mod bert;
 pub mod config;
@@ -40,33 +42,68 @@ use std::path::PathBuf;
 /// What can go wrong loading, running or saving a model.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// A file of the checkpoint could not be read or written.
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// `config.json` (or another JSON file of the checkpoint) is malformed or lacks a field.
     #[error("{path}: {msg}")]
-    Config { path: PathBuf, msg: String },
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
     /// An architecture, rope type, activation or dtype this crate does not implement.
     #[error("unsupported: {0}")]
     Unsupported(String),
     /// The checkpoint lacks a tensor the architecture needs.
     #[error("{dir}: missing tensor `{name}` (the config's architecture needs it)")]
-    MissingTensor { dir: PathBuf, name: String },
+    MissingTensor {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The tensor's Hugging Face name.
+        name: String,
+    },
     /// A tensor's shape disagrees with what the config implies.
     #[error("{path}: tensor `{name}` has shape {found:?}, the config implies {expected:?}")]
-    ShapeMismatch { path: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
+    ShapeMismatch {
+        /// The weights file that holds the tensor.
+        path: PathBuf,
+        /// The tensor's Hugging Face name.
+        name: String,
+        /// The shape the config implies.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        found: Vec<usize>,
+    },
     /// A weights file that is not a complete safetensors file (truncated, corrupt header).
     #[error("{path}: {msg}")]
-    Weights { path: PathBuf, msg: String },
+    Weights {
+        /// The weights file.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// The tokenizer failed to load, encode or decode.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The chat template is missing or failed to render.
     #[error("chat template: {0}")]
     Template(String),
+    /// Generation was asked something it cannot do (an empty prompt, a token outside the vocabulary, …).
     #[error("generate: {0}")]
     Generate(String),
+    /// An error of eager itself (a shape, a device, a file).
     #[error(transparent)]
     Eager(#[from] eager::Error),
 }
 
+/// eager-models' `Result`: its error is [`ModelError`].
 pub type Result<T> = std::result::Result<T, ModelError>;
 
 pub(crate) fn io_error(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ModelError {

@@ -15,20 +15,31 @@ use crate::{ModelError, Result};
 
 /// One decoder layer: pre-norm attention, then pre-norm MLP, each added to the residual.
 pub struct LlamaLayer {
+    /// The norm before attention.
     pub input_layernorm: RmsNorm,
+    /// Grouped-query attention with rotary positions.
     pub self_attn: GroupedQueryAttention,
+    /// The norm before the MLP.
     pub post_attention_layernorm: RmsNorm,
+    /// The gated MLP (`gate_proj`, `up_proj`, `down_proj`).
     pub mlp: SwiGlu,
 }
 
+/// Llama, and the architectures built the same way (Mistral, Qwen2): embeddings, decoder layers, a final RMSNorm, the output head.
 pub struct Llama {
+    /// The checkpoint's configuration.
     pub config: Config,
+    /// Token embeddings.
     pub embed_tokens: Embedding,
+    /// The decoder layers, in order.
     pub layers: Vec<LlamaLayer>,
+    /// The final norm.
     pub norm: RmsNorm,
     /// The output projection; with tied embeddings it shares `embed_tokens`' weight.
     pub lm_head: Linear,
+    /// Rotary position embeddings (with the config's scaling).
     pub rotary: RotaryEmbedding,
+    /// The dtype the weights were loaded in.
     pub dtype: DType,
 }
 

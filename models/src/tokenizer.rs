@@ -9,22 +9,31 @@ use serde_json::Value;
 
 use crate::{io_error, ModelError, Result};
 
+/// A checkpoint's tokenizer: `tokenizer.json` read by Hugging Face's `tokenizers`, with the special tokens and chat template of `tokenizer_config.json`.
 pub struct Tokenizer {
+    /// The `tokenizers` crate's tokenizer.
     pub inner: tokenizers::Tokenizer,
+    /// The beginning-of-sequence token's text, if the checkpoint names one.
     pub bos_token: Option<String>,
+    /// The end-of-sequence token's text, if the checkpoint names one.
     pub eos_token: Option<String>,
+    /// The padding token's text, if the checkpoint names one.
     pub pad_token: Option<String>,
+    /// The chat template (Jinja), from `tokenizer_config.json` or `chat_template.jinja`.
     pub chat_template: Option<String>,
 }
 
 /// A role and its text, as a chat template receives `messages`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Message {
+    /// `system`, `user` or `assistant`.
     pub role: String,
+    /// The message's text.
     pub content: String,
 }
 
 impl Tokenizer {
+    /// Reads `tokenizer.json`, `tokenizer_config.json` and any `chat_template.jinja` of `dir`.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Tokenizer> {
         let dir = dir.as_ref();
         let file = dir.join("tokenizer.json");
@@ -68,18 +77,22 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// The text of `ids`; `skip_special` leaves special tokens out.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         self.inner.decode(ids, skip_special).map_err(|e| ModelError::Tokenizer(e.to_string()))
     }
 
+    /// The id of `token`, if it is in the vocabulary.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
 
+    /// The end-of-sequence token's id.
     pub fn eos_token_id(&self) -> Option<u32> {
         self.eos_token.as_deref().and_then(|t| self.token_id(t))
     }
 
+    /// The padding token's id.
     pub fn pad_token_id(&self) -> Option<u32> {
         self.pad_token.as_deref().and_then(|t| self.token_id(t))
     }

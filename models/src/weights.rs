@@ -84,6 +84,7 @@ impl Weights {
         Ok(Weights { dir, files, entries })
     }
 
+    /// Whether the checkpoint has a tensor named `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.entries.contains_key(name)
     }

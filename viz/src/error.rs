@@ -2,23 +2,44 @@
 
 use std::path::PathBuf;
 
+/// What can go wrong drawing or writing a chart.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// plotters failed to draw: the chart's name and plotters' message.
     #[error("drawing the {chart} chart: {message}")]
-    Draw { chart: &'static str, message: String },
+    Draw {
+        /// The chart's name (`"timeline"`, …).
+        chart: &'static str,
+        /// plotters' message.
+        message: String,
+    },
+    /// A size outside what charts are drawn at.
     #[error(
         "chart size {width}x{height} is out of range ({}x{} up to {max}x{max})",
         crate::chart::MIN_SIZE.0,
         crate::chart::MIN_SIZE.1,
         max = crate::chart::MAX_SIDE
     )]
-    Size { width: u32, height: u32 },
+    Size {
+        /// The width asked for, in pixels.
+        width: u32,
+        /// The height asked for, in pixels.
+        height: u32,
+    },
+    /// The PNG encoder failed.
     #[error("encoding PNG: {0}")]
     Png(#[from] png::EncodingError),
+    /// A chart or trace file could not be written.
     #[error("writing {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
+/// viz's `Result`: its error is [`Error`] unless told otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Writes `bytes` to `path`, naming the path in the error.

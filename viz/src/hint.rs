@@ -21,6 +21,7 @@ pub const RECOMPILE_THRESHOLD: usize = 8;
 /// [`RECOMPILE_THRESHOLD`] or more distinct shapes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hint {
+    /// The op's name (`exp`, `matmul`).
     pub op: &'static str,
     /// The distinct shapes (`[2, 16] x [16]`), in order of first compile or load.
     pub shapes: Vec<String>,

@@ -59,6 +59,8 @@
 //! - trace: [`Profile::trace_json`], [`Profile::write_trace`] (Perfetto, `chrome://tracing`).
 //! - hint: [`Profile::hints`], one line each, past [`RECOMPILE_THRESHOLD`] shapes per op.
 
+#![warn(missing_docs)]
+
 mod chart;
 mod error;
 mod hint;

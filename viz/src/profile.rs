@@ -51,6 +51,7 @@ impl Profile {
     pub fn ops(&self) -> impl Iterator<Item = &Event> {
         self.events.iter().filter(|e| e.kind == EventKind::Op)
     }
+    /// Whether the window holds no event at all.
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
@@ -58,6 +59,7 @@ impl Profile {
     pub fn start_ns(&self) -> u64 {
         self.start_ns
     }
+    /// End of the window, in nanoseconds on the profiler's clock.
     pub fn end_ns(&self) -> u64 {
         self.end_ns
     }
@@ -104,6 +106,7 @@ impl Profile {
     pub fn execute_ns(&self) -> u64 {
         self.ops().map(|e| e.execute_ns).sum()
     }
+    /// Time transferring (host to device, device to host, between devices).
     pub fn transfer_ns(&self) -> u64 {
         self.events.iter().filter(|e| e.kind != EventKind::Op).map(|e| e.execute_ns).sum()
     }

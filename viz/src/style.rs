@@ -19,13 +19,19 @@ use plotters::style::{register_font, FontStyle};
 
 pub use plotters::style::RGBColor;
 
+/// Compiling an executable (a cache miss).
 pub const COMPILE: RGBColor = RGBColor(0xE6, 0x7E, 0x22);
+/// Executing an op on the device.
 pub const EXECUTE: RGBColor = RGBColor(0x1F, 0x77, 0xB4);
+/// A transfer between host and device or between devices.
 pub const TRANSFER: RGBColor = RGBColor(0x8E, 0x5E, 0xB8);
 /// Loading an executable from the persistent compile cache instead of compiling it.
 pub const LOAD: RGBColor = RGBColor(0x8C, 0x56, 0x4B);
+/// A memory hit, in the cache chart: the op only executed.
 pub const HIT: RGBColor = EXECUTE;
+/// A miss, in the cache chart: the op compiled.
 pub const MISS: RGBColor = COMPILE;
+/// A disk hit, in the cache chart: the executable was loaded from the persistent cache.
 pub const DISK_HIT: RGBColor = LOAD;
 /// Wall time, in the comparison's totals: the window the dispatches fell in, no dispatch part.
 pub const WALL: RGBColor = RGBColor(0xA0, 0xA0, 0xA0);
@@ -42,7 +48,9 @@ pub const SERIES: [RGBColor; 4] = [
 pub const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
 /// Secondary text (subtitles, notes).
 pub const MUTED: RGBColor = RGBColor(0x66, 0x66, 0x66);
+/// The charts' grid lines.
 pub const GRID: RGBColor = RGBColor(0xE4, 0xE4, 0xE4);
+/// The charts' background.
 pub const BACKGROUND: RGBColor = WHITE;
 
 /// The family every chart uses; the bitmap backend draws it from DejaVu Sans embedded in

@@ -16,9 +16,11 @@ use crate::units::{duration, truncate};
 pub struct Row {
     /// `add`, `sum{dims=[1]}`, or a transfer: `host→device`, `device→host`, `device→device`.
     pub op: String,
+    /// An op dispatch or a transfer's direction.
     pub kind: EventKind,
     /// `f32[2, 3] x f32[3]`.
     pub shapes: String,
+    /// Dispatches (or transfers) in the row.
     pub calls: u64,
     /// Compiles (0 for transfers).
     pub misses: u64,
@@ -28,13 +30,16 @@ pub struct Row {
     pub compile_ns: u64,
     /// Executing, or transferring.
     pub execute_ns: u64,
+    /// Bytes moved (transfers; 0 for ops).
     pub bytes: u64,
 }
 
 impl Row {
+    /// Compile and execute time together.
     pub fn total_ns(&self) -> u64 {
         self.compile_ns + self.execute_ns
     }
+    /// Execute (or transfer) time per call; 0 with no calls.
     pub fn mean_execute_ns(&self) -> f64 {
         if self.calls == 0 {
             0.0
@@ -42,6 +47,7 @@ impl Row {
             self.execute_ns as f64 / self.calls as f64
         }
     }
+    /// Whether the row is a transfer, not an op.
     pub fn is_transfer(&self) -> bool {
         self.kind != EventKind::Op
     }
@@ -74,6 +80,7 @@ pub struct Table {
     pub misses: u64,
     /// Op dispatches that loaded their executable from the persistent compile cache.
     pub disk_hits: u64,
+    /// The window's length (what "share of wall time" divides by).
     pub wall_ns: u64,
     /// Events the bounded log dropped before they were read.
     pub lost: u64,
@@ -89,8 +96,11 @@ pub struct Table {
 /// Op dispatches per compile tier, and the keys seen at both (swapped as they turned hot).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TierSummary {
+    /// Op dispatches that ran a quick-tier executable.
     pub quick: u64,
+    /// Op dispatches that ran an optimized executable.
     pub optimized: u64,
+    /// Keys that ran at both tiers (swapped to optimized as they turned hot).
     pub swapped: usize,
 }
 
@@ -121,8 +131,11 @@ impl TierSummary {
 /// The SPMD part of a profile (see [`Table::spmd`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SpmdSummary {
+    /// Op dispatches that ran over a mesh.
     pub dispatches: u64,
+    /// Distinct SPMD programs among them.
     pub programs: usize,
+    /// The collectives XLA's partitioner put in them, with their counts, most first (`("all-reduce", 12)`).
     pub collectives: Vec<(String, u64)>,
 }
 
@@ -186,6 +199,7 @@ fn specs(specs: &[Spec]) -> String {
 }
 
 impl Table {
+    /// The table of `profile` (what [`Profile::table`] returns).
     pub fn new(profile: &Profile) -> Table {
         let mut index: HashMap<(EventKind, &str, &str, &[Spec]), usize> = HashMap::new();
         let mut rows: Vec<Row> = Vec::new();

@@ -32,7 +32,7 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     x.silu()
 }
 
-/// The activations as layers, for [`Sequential`].
+/// The activations as layers, for [`Sequential`](super::Sequential).
 pub struct Relu;
 pub struct Gelu;
 

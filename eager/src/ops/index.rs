@@ -15,7 +15,7 @@ use super::movement::MovementOps;
 use super::{check_arity, Accepts, Checks, Dims, Grads, Op, OpDef, Operand};
 
 /// Rows of input 0 along `dim` picked by the 1-D integer input 1; negative indices count from
-/// the end. With `check`, the module also returns a check of the indices ([`IndexCheck`]: for
+/// the end. With `check`, the module also returns a check of the indices (`IndexCheck`: for
 /// indices computed on the device; those from the host are checked before dispatch).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IndexSelect {

@@ -14,7 +14,7 @@ use super::{
 };
 
 /// Batched matrix product of two operands of rank >= 2 (1-D ones are promoted by
-/// [`MatmulOps::matmul`] before this op), each read with its last two dims swapped when
+/// `MatmulOps::matmul` before this op), each read with its last two dims swapped when
 /// `lhs_t` / `rhs_t` say so.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Matmul {

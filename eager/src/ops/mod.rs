@@ -1,13 +1,13 @@
 //! Every op, defined once, one family per file. Each file holds its ops' whole story: the
 //! attributes, the shape/dtype rule, the StableHLO emission, the gradient rule, the methods
-//! that build it (written against [`Operand`], which `Tensor` implements) and tests of the
+//! that build it (written against `Operand`, which `Tensor` implements) and tests of the
 //! emitted text. This file keeps the [`Op`] enum (one line per op, see `ops!` below) and the
 //! one-line dispatch of each aspect; `emit` holds the emitter and the module template.
 //!
 //! The cache keys on [`Op`] values, the profiler prints [`Op::name`], autograd only calls
-//! [`Op::backward`] and compiled functions emit each traced op with its own emission: nothing
+//! `Op::backward` and compiled functions emit each traced op with its own emission: nothing
 //! else special-cases an op. Nothing here imports a layer above (runtime, tensor, autograd):
-//! the ops are applied through [`Operand`].
+//! the ops are applied through `Operand`.
 
 pub(crate) mod emit;
 
@@ -105,7 +105,7 @@ pub(crate) trait OpDef {
     }
 }
 
-/// Per output dim, the `(input, dim)` pairs it runs along (see [`OpDef::dim_sources`]).
+/// Per output dim, the `(input, dim)` pairs it runs along (see `OpDef::dim_sources`).
 pub type DimSources = SmallVec<[SmallVec<[(usize, usize); 2]>; 4]>;
 
 /// The sources of an elementwise op with NumPy broadcasting: each output dim runs along the
@@ -153,8 +153,8 @@ macro_rules! ops {
             pub fn attrs(&self) -> String {
                 match self { $(Op::$variant(o) => o.attrs(),)* }
             }
-            /// The shape/dtype rule (see [`OpDef::infer`]), and the result's size checked
-            /// against what XLA can size (see [`check_size`]).
+            /// The shape/dtype rule (see `OpDef::infer`), and the result's size checked
+            /// against what XLA can size (see `check_size`).
             pub fn infer(&self, inputs: &[Spec]) -> Result<Spec> {
                 let out = match self { $(Op::$variant(o) => o.infer(inputs),)* }?;
                 check_size(self.name(), &out)?;
@@ -175,15 +175,15 @@ macro_rules! ops {
             pub fn more_outputs(&self) -> &[Spec] {
                 match self { $(Op::$variant(o) => o.more_outputs(),)* }
             }
-            /// About how many arithmetic operations the op does (see [`OpDef::flops`]).
+            /// About how many arithmetic operations the op does (see `OpDef::flops`).
             pub fn flops(&self, inputs: &[Spec], output: &Spec) -> f64 {
                 match self { $(Op::$variant(o) => o.flops(inputs, output),)* }
             }
-            /// Where each output dim comes from (see [`OpDef::dim_sources`]).
+            /// Where each output dim comes from (see `OpDef::dim_sources`).
             pub fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
                 match self { $(Op::$variant(o) => o.dim_sources(inputs, output),)* }
             }
-            /// The result's split, when the op fixes it (see [`OpDef::result_axes`]).
+            /// The result's split, when the op fixes it (see `OpDef::result_axes`).
             pub fn result_axes(&self) -> Option<&[Vec<String>]> {
                 match self { $(Op::$variant(o) => o.result_axes(),)* }
             }
@@ -229,7 +229,7 @@ ops! {
     Random(Random),
     /// The same values with their split over the mesh pinned (a Shardy constraint).
     Shard(Shard),
-    /// A call of a compiled function: one program of many ops (see [`crate::compile`]).
+    /// A call of a compiled function: one program of many ops (see [`crate::compile()`]).
     Call(Call),
 }
 

@@ -3,7 +3,7 @@
 //! sharded tensor's blocks between devices (one SPMD program, nothing through the host);
 //! inside a compiled function it tells the partitioner where a value lies, which is how
 //! collectives written in the global view become XLA's collectives. The mesh itself is the
-//! module's `@mesh` (see [`super::emit::partitioned`]); `Tensor::shard` (in
+//! module's `@mesh` (see `emit::partitioned`); `Tensor::shard` (in
 //! `tensor/sharded.rs`, the layer that knows meshes) builds it.
 
 use crate::error::Result;

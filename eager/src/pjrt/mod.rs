@@ -102,15 +102,17 @@ unsafe impl Sync for Api {}
 /// Why a plugin could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot load PJRT plugin {path}: {source}")]
+    #[error("cannot load PJRT plugin {path}: {source} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     Dlopen { path: PathBuf, source: libloading::Error },
-    #[error("{path} is not a PJRT plugin (no GetPjrtApi symbol): {source}")]
+    #[error("{path} is not a PJRT plugin (no GetPjrtApi symbol): {source} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     NoSymbol { path: PathBuf, source: libloading::Error },
-    #[error("{path}: GetPjrtApi returned null")]
+    #[error(
+        "{path}: GetPjrtApi returned null (see \"Devices and plugins\" in the guide: docs/src/devices.md)"
+    )]
     NullApi { path: PathBuf },
-    #[error("{path} speaks PJRT C API {major}.{minor}; eager supports major version {}", ffi::API_MAJOR)]
+    #[error("{path} speaks PJRT C API {major}.{minor}; eager supports major version {} (see \"Devices and plugins\" in the guide: docs/src/devices.md)", ffi::API_MAJOR)]
     Version { path: PathBuf, major: i32, minor: i32 },
-    #[error("PJRT plugin {path} failed to initialize: {source}")]
+    #[error("PJRT plugin {path} failed to initialize: {source} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     Initialize { path: PathBuf, source: PjrtError },
 }
 

@@ -24,30 +24,30 @@ use crate::shared::lock;
 /// Why no plugin could be had, or it did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
-    #[error("no {kind} device here: {why}")]
+    #[error("no {kind} device here: {why} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     NoHardware { kind: DeviceKind, why: String },
-    #[error("the {kind} plugin path {path} does not exist (from {source_name})")]
+    #[error("the {kind} plugin path {path} does not exist (from {source_name}) (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     MissingPath { kind: DeviceKind, path: PathBuf, source_name: String },
-    #[error("no PJRT plugin for {kind} found: not in {cache}, and no pip package `{package}` is installed.\n  Install it with `python3 -m pip install {package}`, or point EAGER_PJRT_PLUGIN_{upper} at the plugin's .so")]
+    #[error("no PJRT plugin for {kind} found: not in {cache}, and no pip package `{package}` is installed.\n  Install it with `python3 -m pip install {package}`, or point EAGER_PJRT_PLUGIN_{upper} at the plugin's .so (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     NotFound { kind: DeviceKind, cache: PathBuf, package: &'static str, upper: String },
-    #[error("fetching the {kind} plugin failed: {msg}")]
+    #[error("fetching the {kind} plugin failed: {msg} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     Fetch { kind: DeviceKind, msg: String },
-    #[error("the plugin {path} is for platform {platform:?}, not {kind}")]
+    #[error("the plugin {path} is for platform {platform:?}, not {kind} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     WrongPlatform { kind: DeviceKind, path: PathBuf, platform: String },
-    #[error("the {kind} plugin did not start within {secs} s (a hung device probe?)")]
+    #[error("the {kind} plugin did not start within {secs} s (a hung device probe?) (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     Timeout { kind: DeviceKind, secs: u64 },
-    #[error("the {kind} plugin {path} failed to create a client: {msg}")]
+    #[error("the {kind} plugin {path} failed to create a client: {msg} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
     Client { kind: DeviceKind, path: PathBuf, msg: String },
     #[error(
         "the TPU is in use by {holder}: libtpu lets one process own a host's TPUs, and that process \
-         holds the lock on {}. To free them: {}",
+         holds the lock on {}. To free them: {} (see \"Devices and plugins\" in the guide: docs/src/devices.md)",
         lockfile.display(),
         holder.how_to_free(lockfile)
     )]
     TpuInUse { holder: tpu::LockHolder, lockfile: PathBuf },
     #[error(
         "libtpu refused to start ({msg}), and no process holds its lockfile {0}: if no other process \
-         uses the TPU, the file is stale: remove it (`rm {0}`) and try again",
+         uses the TPU, the file is stale: remove it (`rm {0}`) and try again (see \"Devices and plugins\" in the guide: docs/src/devices.md)",
         lockfile.display()
     )]
     TpuLockStale { lockfile: PathBuf, msg: String },

@@ -1,6 +1,6 @@
 //! [`Tensor`]: shape, dtype and device over a reference-counted PJRT buffer (freed on the
-//! last drop). Every op method builds an [`Op`](crate::ops::Op) through its family's
-//! builder in `ops/` (`Tensor` is their [`Operand`]) and dispatches it at once.
+//! last drop). Every op method builds an [`Op`] through its family's
+//! builder in `ops/` (`Tensor` is their `Operand`) and dispatches it at once.
 //!
 //! By topic: this file (the type and its plumbing), `create` (constructors), `methods` (the op
 //! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`.

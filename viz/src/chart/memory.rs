@@ -27,6 +27,7 @@ pub fn memory_chart() -> MemoryChart {
 const LISTED: usize = 8;
 
 impl MemoryChart {
+    /// A chart of `snapshot` (usually [`eager::memory::snapshot`]), titled "Device memory".
     pub fn new(snapshot: MemorySnapshot) -> MemoryChart {
         MemoryChart { snapshot, title: "Device memory".into() }
     }
@@ -37,6 +38,7 @@ impl MemoryChart {
         self
     }
 
+    /// The snapshot the chart draws.
     pub fn snapshot(&self) -> &MemorySnapshot {
         &self.snapshot
     }

@@ -85,6 +85,7 @@ pub enum ChartKind {
 }
 
 impl ChartKind {
+    /// The view's name in titles and errors (`"timeline"`, …).
     pub fn name(self) -> &'static str {
         match self {
             ChartKind::Timeline => "timeline",
@@ -102,10 +103,12 @@ pub struct Chart<'a> {
 }
 
 impl<'a> Chart<'a> {
+    /// A `kind` chart of `profile` (the [`Profile`] methods make these).
     pub fn new(profile: &'a Profile, kind: ChartKind) -> Chart<'a> {
         Chart { profile, kind }
     }
 
+    /// Which view it draws.
     pub fn kind(&self) -> ChartKind {
         self.kind
     }
