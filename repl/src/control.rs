@@ -43,6 +43,12 @@ impl Control {
         Ok(self.call(json!({"op": "seq"}))?["seq"].as_u64().unwrap_or(0))
     }
 
+    /// [`Control::seq`], marking in the profiler's log that cell `cell` starts there (what
+    /// viz labels the cells of a session's timeline with).
+    pub fn start_cell(&mut self, cell: u64) -> Result<u64> {
+        Ok(self.call(json!({"op": "seq", "cell": cell}))?["seq"].as_u64().unwrap_or(0))
+    }
+
     /// Events since `seq`, and how many the bounded log dropped.
     pub fn events_since(&mut self, seq: u64) -> Result<(Vec<Event>, u64)> {
         let mut v = self.call(json!({"op": "events", "since": seq}))?;

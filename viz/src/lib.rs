@@ -61,6 +61,7 @@
 
 mod chart;
 mod error;
+mod gaps;
 mod hint;
 mod profile;
 pub mod style;
@@ -73,6 +74,7 @@ pub use chart::{
     RunSummary,
 };
 pub use error::{Error, Result};
+pub use gaps::{IdleGap, IDLE_GAP_MIN, IDLE_GAP_SHARE};
 pub use hint::{Hint, RECOMPILE_THRESHOLD};
 pub use profile::{profile, start, Profile, Recorder};
 pub use table::{Row, SpmdSummary, Table, TierSummary, TABLE_ROWS};

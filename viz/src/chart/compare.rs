@@ -11,8 +11,9 @@ use eager::profiler::Event;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::timeline::{draw_slices, row_chart, row_label_width, SLICE_LEGEND};
+use super::timeline::{draw_cuts, draw_slices, row_chart, row_label_width, SLICE_LEGEND};
 use super::{outputs, Drawing};
+use crate::gaps::TimeAxis;
 use crate::profile::Profile;
 use crate::style::{fit, time_unit, Area, DrawResult, Look, COMPILE, EXECUTE, LOAD, TRANSFER, WALL};
 use crate::table::op_label;
@@ -112,6 +113,7 @@ pub struct Comparison {
     runs: Vec<(String, Profile)>,
     steps: Option<u64>,
     zoom_ns: Option<u64>,
+    true_time: bool,
 }
 
 /// Compares named profiles (copied, so the comparison outlives them, e.g. across notebook
@@ -129,6 +131,7 @@ pub fn compare(profiles: &[(&str, &Profile)]) -> Comparison {
         runs: profiles.iter().map(|&(name, p)| (name.to_string(), p.clone())).collect(),
         steps: None,
         zoom_ns: None,
+        true_time: false,
     }
 }
 
@@ -137,6 +140,13 @@ impl Comparison {
     /// shows one warm step of the slowest run.
     pub fn steps(mut self, steps: usize) -> Comparison {
         self.steps = Some(steps as u64).filter(|&s| s > 0);
+        self
+    }
+
+    /// Keeps the true time axis in the whole-run lanes: idle stretches (see
+    /// [`Profile::idle_gaps`]) at their length instead of cut out at a marked line.
+    pub fn true_time(mut self) -> Comparison {
+        self.true_time = true;
         self
     }
 
@@ -423,8 +433,25 @@ impl Drawing for Comparison {
         };
         let window = self.zoom_ns();
         let longest = self.runs.iter().map(|(_, p)| p.wall_ns()).max().unwrap_or(0);
+        // Each run's idle stretches cut out of its lane (none with the true time axis).
+        let axes: Vec<TimeAxis> = self
+            .runs
+            .iter()
+            .map(|(_, p)| {
+                let gaps = if self.true_time { Vec::new() } else { p.idle_gaps() };
+                TimeAxis::cut(p.start_ns(), p.end_ns(), &gaps, 0.0)
+            })
+            .collect();
+        let cut = axes.iter().any(|a| !a.breaks.is_empty());
+        let span = axes.iter().map(|a| a.len).fold(0.0, f64::max) as u64;
         let subtitle = if longest == 0 {
             "no dispatches recorded".to_string()
+        } else if cut {
+            format!(
+                "whole runs on one shared time axis (0 to {}), idle stretches cut out at the marked lines; then the same {} of each run",
+                duration(span),
+                duration(window)
+            )
         } else {
             format!(
                 "whole runs on one shared time axis (0 to {}), so their lengths compare; then the same {} of each run",
@@ -450,19 +477,17 @@ impl Drawing for Comparison {
         let (zoom, totals) = rest.split_vertically(part);
 
         let whole = heading(&whole, look, "Whole runs, one time axis")?;
-        let (per_unit, unit) = time_unit(longest);
-        let x_max = (longest as f64 / per_unit).max(1e-3);
-        let mut chart = row_chart(
-            &whole,
-            look,
-            &names,
-            x_max,
-            &format!("time since the run's start ({unit})"),
-            None,
-            y_area,
-        )?;
-        for (i, (_, p)) in self.runs.iter().enumerate() {
-            draw_slices(&mut chart, look, n, p.events().iter().map(|e| (e, i)), p.start_ns(), per_unit)?;
+        let (per_unit, unit) = time_unit(span);
+        let x_max = (span as f64 / per_unit).max(1e-3);
+        let x_desc = if cut {
+            format!("time at work since the run's start ({unit}), idle stretches cut out")
+        } else {
+            format!("time since the run's start ({unit})")
+        };
+        let mut chart = row_chart(&whole, look, &names, x_max, &x_desc, None, y_area, None)?;
+        for (i, ((_, p), axis)) in self.runs.iter().zip(&axes).enumerate() {
+            draw_slices(&mut chart, look, n, p.events().iter().map(|e| (e, i)), axis, per_unit)?;
+            draw_cuts(&mut chart, look, n, i, axis, per_unit)?;
         }
 
         let starts = self.zoom_starts(window);
@@ -483,13 +508,14 @@ impl Drawing for Comparison {
         )?;
         let (per_unit, unit) = time_unit(window);
         let x_max = (window as f64 / per_unit).max(1e-3);
-        let mut chart =
-            row_chart(&zoom, look, &names, x_max, &format!("time into the window ({unit})"), None, y_area)?;
+        let x_desc = format!("time into the window ({unit})");
+        let mut chart = row_chart(&zoom, look, &names, x_max, &x_desc, None, y_area, None)?;
         for (i, ((_, p), &start)) in self.runs.iter().zip(&starts).enumerate() {
             // Only the events that can reach into the window: the log is sorted by start.
             let events: &[Event] = p.events();
             let last = events.partition_point(|e| e.start_ns <= start + window);
-            draw_slices(&mut chart, look, n, events[..last].iter().map(|e| (e, i)), start, per_unit)?;
+            let axis = TimeAxis::linear(start, start + window);
+            draw_slices(&mut chart, look, n, events[..last].iter().map(|e| (e, i)), &axis, per_unit)?;
         }
 
         let totals = heading(&totals, look, "Totals")?;
@@ -562,7 +588,8 @@ impl Comparison {
                 x_max = x_max.max(of(s) as f64 / per_unit * plot_w / room);
             }
         }
-        let mut chart = row_chart(area, look, names, x_max, &format!("total time ({unit})"), None, y_area)?;
+        let x_desc = format!("total time ({unit})");
+        let mut chart = row_chart(area, look, names, x_max, &x_desc, None, y_area, None)?;
         let px = x_max / plot_w;
         let thick = 80 / kinds.len() as i32;
         let mut bars = Vec::new();

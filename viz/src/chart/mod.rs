@@ -99,11 +99,20 @@ impl ChartKind {
 pub struct Chart<'a> {
     profile: &'a Profile,
     kind: ChartKind,
+    true_time: bool,
 }
 
 impl<'a> Chart<'a> {
     pub fn new(profile: &'a Profile, kind: ChartKind) -> Chart<'a> {
-        Chart { profile, kind }
+        Chart { profile, kind, true_time: false }
+    }
+
+    /// Keeps the true time axis: a timeline draws idle stretches at their length instead
+    /// of cutting them to marked breaks (see [`Profile::idle_gaps`]). Other charts have no
+    /// time axis.
+    pub fn true_time(mut self) -> Chart<'a> {
+        self.true_time = true;
+        self
     }
 
     pub fn kind(&self) -> ChartKind {
@@ -119,7 +128,10 @@ impl Drawing for Chart<'_> {
     /// Fits the content: one row per lane or op kind.
     fn natural_size(&self) -> (u32, u32) {
         match self.kind {
-            ChartKind::Timeline => (1200, (230 + 56 * self.profile.lanes().0.len() as u32).min(900)),
+            ChartKind::Timeline => {
+                let cells = if self.profile.cells().len() > 1 { timeline::CELL_STRIP } else { 0 };
+                (1200, (230 + cells + 56 * self.profile.lanes().0.len() as u32).min(900))
+            }
             ChartKind::CompileVsExecute => {
                 (1000, (210 + 30 * compile_vs_execute::kinds(self.profile) as u32).clamp(380, 900))
             }
@@ -129,7 +141,7 @@ impl Drawing for Chart<'_> {
 
     fn draw_on<DB: DrawingBackend>(&self, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {
         match self.kind {
-            ChartKind::Timeline => timeline::draw(self.profile, root, look),
+            ChartKind::Timeline => timeline::draw(self.profile, self.true_time, root, look),
             ChartKind::CompileVsExecute => compile_vs_execute::draw(self.profile, root, look),
             ChartKind::CacheHits => cache_hits::draw(self.profile, root, look),
         }
@@ -205,7 +217,8 @@ fn check(width: u32, height: u32) -> Result<()> {
 
 impl Profile {
     /// Every dispatch as a bar on a time axis (compile, load from disk, execute, transfer in
-    /// four colours).
+    /// four colours), idle stretches cut to marked breaks ([`Chart::true_time`] keeps them)
+    /// and, for a session's events, the cells they came from named.
     pub fn timeline(&self) -> Chart<'_> {
         Chart::new(self, ChartKind::Timeline)
     }
