@@ -67,7 +67,11 @@ fn handle(req: &Value) -> Result<Value, String> {
         }
         "events" => {
             let since = req["since"].as_u64().unwrap_or(0);
-            json!({ "events": profiler::events_since(since), "dropped": profiler::dropped() })
+            json!({
+                "events": profiler::events_since(since),
+                "dropped": profiler::dropped(),
+                "cells": profiler::cell_marks(),
+            })
         }
         "cache" => json!({ "stats": cache::stats(), "entries": cache::entries() }),
         "cache_clear" => {

@@ -523,8 +523,8 @@ impl Session {
     /// The profile of the last cell, or of everything in the session's log.
     pub fn profile(&mut self, session: bool) -> Result<viz::Profile> {
         let (from, to) = if session { (0, u64::MAX) } else { self.last_cell };
-        let (events, _dropped) = self.control()?.events_since(from)?;
-        Ok(viz::Profile::from_events(events.into_iter().filter(|e| e.seq < to).collect()))
+        let (events, _dropped, cells) = self.control()?.events_since(from)?;
+        Ok(viz::Profile::from_events(events.into_iter().filter(|e| e.seq < to).collect()).with_cells(cells))
     }
 
     /// Completions at byte `pos` of `src`: meta commands, else evcxr's (rust-analyzer), else

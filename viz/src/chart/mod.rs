@@ -8,11 +8,13 @@ mod compile_vs_execute;
 mod line;
 mod memory;
 mod raster;
+mod summary;
 mod timeline;
 
-pub use compare::{compare, Comparison, RunSummary};
+pub use compare::{compare, Comparison};
 pub use line::{line_chart, LineChart};
 pub use memory::{memory_chart, MemoryChart};
+pub use summary::RunSummary;
 
 use plotters::prelude::*;
 
