@@ -173,18 +173,27 @@ impl TimeAxis {
         let step = nice_step(every_px * units_per_px);
         let decimals = if step >= 1.0 { 0 } else { (-step.log10().floor()) as usize };
         let mut out: Vec<(f64, String)> = Vec::new();
+        let spaced = |out: &Vec<(f64, String)>, x: f64| {
+            out.last().is_none_or(|(last, _)| (x - last) / units_per_px >= min_px)
+        };
         for (from, to) in self.pieces() {
             let (a, b) = ((from - origin_ns) as f64 / per_unit, (to - origin_ns) as f64 / per_unit);
+            let before = out.len();
             let mut k = (a / step - 1e-9).ceil();
             while k * step <= b + 1e-9 {
                 // `+ 0.0`: no `-0` label for the tick at the start.
                 let v = k * step + 0.0;
                 let ns = origin_ns + (v * per_unit).round().max(0.0) as u64;
                 let x = self.map(ns) / per_unit;
-                if out.last().is_none_or(|(last, _)| (x - last) / units_per_px >= min_px) {
+                if spaced(&out, x) {
                     out.push((x, format!("{v:.decimals$}")));
                 }
                 k += 1.0;
+            }
+            // A stretch too short for a round time still says when it starts.
+            let x = self.map(from) / per_unit;
+            if out.len() == before && spaced(&out, x) {
+                out.push((x, format!("{a:.decimals$}")));
             }
         }
         out
