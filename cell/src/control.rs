@@ -58,10 +58,20 @@ fn serve(stream: UnixStream) {
 
 fn handle(req: &Value) -> Result<Value, String> {
     Ok(match req["op"].as_str().unwrap_or("") {
-        "seq" => json!({ "seq": profiler::next_seq() }),
+        "seq" => {
+            // The host asks for the mark before each cell, and names the cell it starts.
+            if let Some(cell) = req["cell"].as_u64() {
+                profiler::mark_cell(cell);
+            }
+            json!({ "seq": profiler::next_seq() })
+        }
         "events" => {
             let since = req["since"].as_u64().unwrap_or(0);
-            json!({ "events": profiler::events_since(since), "dropped": profiler::dropped() })
+            json!({
+                "events": profiler::events_since(since),
+                "dropped": profiler::dropped(),
+                "cells": profiler::cell_marks(),
+            })
         }
         "cache" => json!({ "stats": cache::stats(), "entries": cache::entries() }),
         "cache_clear" => {

@@ -200,6 +200,8 @@ struct Log {
     dropped: u64,
     /// Marks of the live [`Hold`]s: events from the oldest one on stay past the capacity.
     holds: Vec<u64>,
+    /// Where REPL or notebook cells began (see [`mark_cell`]), oldest first.
+    cells: Vec<CellMark>,
 }
 
 /// How far past its capacity the log grows for a [`Hold`] (a bound on a forgotten one).
@@ -241,6 +243,7 @@ impl Profiler {
                 next_seq: 0,
                 dropped: 0,
                 holds: Vec::new(),
+                cells: Vec::new(),
             }),
             in_flight: CachePadded::new(AtomicUsize::new(0)),
         }
@@ -362,6 +365,37 @@ pub fn events_since(seq: u64) -> Vec<Event> {
 /// The `seq` the next event will get: a mark to read [`events_since`] from.
 pub fn next_seq() -> u64 {
     lock(&profiler().log).next_seq
+}
+
+/// Where a REPL or notebook cell began: events from `seq` on came from cell `cell` (its
+/// number as the front end shows it, `In [3]`), until the next mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CellMark {
+    pub seq: u64,
+    pub cell: u64,
+}
+
+/// Cell marks kept (the oldest go first): far more cells than a session runs.
+const CELL_MARKS: usize = 10_000;
+
+/// Marks that the events from [`next_seq`] on come from cell `cell` (the REPL's host calls
+/// it through the control socket before each cell), so that views can label them.
+pub fn mark_cell(cell: u64) {
+    let mut log = lock(&profiler().log);
+    let seq = log.next_seq;
+    // A cell that dispatched nothing leaves its mark to be replaced.
+    if log.cells.last().is_some_and(|m| m.seq == seq) {
+        log.cells.pop();
+    }
+    log.cells.push(CellMark { seq, cell });
+    if log.cells.len() > CELL_MARKS {
+        log.cells.remove(0);
+    }
+}
+
+/// The cell marks, oldest first (empty outside a REPL or notebook).
+pub fn cell_marks() -> Vec<CellMark> {
+    lock(&profiler().log).cells.clone()
 }
 
 /// Empties the log (sequence numbers go on).

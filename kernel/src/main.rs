@@ -360,9 +360,12 @@ impl Kernel {
         }
         *self.current.lock().unwrap() = Some(msg.clone());
         self.running.store(self.count as u64 + 1, Ordering::SeqCst);
-        let cell = code.to_string();
+        let (cell, number) = (code.to_string(), self.count as u64);
         let result = self
-            .on_session(move |s| s.eval(&cell))
+            .on_session(move |s| {
+                s.set_cell_number(number);
+                s.eval(&cell)
+            })
             .await
             .unwrap_or_else(|e| Err(CellError::new("KernelError", e)));
         self.running.store(0, Ordering::SeqCst);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use eager::cache::{CacheStats, EntryStats};
-use eager::profiler::Event;
+use eager::profiler::{CellMark, Event};
 use serde_json::{json, Value};
 
 /// A connection to the session's eager runtime.
@@ -43,11 +43,19 @@ impl Control {
         Ok(self.call(json!({"op": "seq"}))?["seq"].as_u64().unwrap_or(0))
     }
 
-    /// Events since `seq`, and how many the bounded log dropped.
-    pub fn events_since(&mut self, seq: u64) -> Result<(Vec<Event>, u64)> {
+    /// [`Control::seq`], marking in the profiler's log that cell `cell` starts there (what
+    /// viz labels the cells of a session's timeline with).
+    pub fn start_cell(&mut self, cell: u64) -> Result<u64> {
+        Ok(self.call(json!({"op": "seq", "cell": cell}))?["seq"].as_u64().unwrap_or(0))
+    }
+
+    /// Events since `seq`, how many the bounded log dropped, and where cells began.
+    pub fn events_since(&mut self, seq: u64) -> Result<(Vec<Event>, u64, Vec<CellMark>)> {
         let mut v = self.call(json!({"op": "events", "since": seq}))?;
         let events = serde_json::from_value(v["events"].take())?;
-        Ok((events, v["dropped"].as_u64().unwrap_or(0)))
+        // A runtime older than cell marks sends none.
+        let cells = serde_json::from_value(v["cells"].take()).unwrap_or_default();
+        Ok((events, v["dropped"].as_u64().unwrap_or(0), cells))
     }
 
     pub fn cache(&mut self) -> Result<(CacheStats, Vec<EntryStats>)> {

@@ -108,6 +108,8 @@ pub struct Session {
     stderr: Arc<Mutex<StderrWatch>>,
     /// Profiler mark before the last user cell, and after it.
     last_cell: (u64, u64),
+    /// The number of the cell [`Session::eval`] runs next, marked in the profiler's log.
+    next_cell: u64,
     /// evcxr's build dir, ours while `_build_dir_lock` is held.
     build_dir: PathBuf,
     _build_dir_lock: File,
@@ -245,6 +247,7 @@ impl Session {
             child_pid,
             stderr,
             last_cell: (0, 0),
+            next_cell: 1,
             build_dir,
             _build_dir_lock: lock,
         };
@@ -297,8 +300,16 @@ impl Session {
         self.control()?.adopt(cwd, env)
     }
 
+    /// Numbers the next cell [`Session::eval`] runs (a kernel's execution count); cells
+    /// count up from 1 otherwise.
+    pub fn set_cell_number(&mut self, n: u64) {
+        self.next_cell = n;
+    }
+
     /// Evaluates a cell: one of our meta commands, or Rust (and evcxr's commands) in the child.
     pub fn eval(&mut self, cell: &str) -> std::result::Result<Vec<Output>, CellError> {
+        let number = self.next_cell;
+        self.next_cell += 1;
         if let Some(cmd) = MetaCommand::parse(cell) {
             let cmd = cmd.map_err(|e| CellError::new("UsageError", e))?;
             return self.meta(cmd).map_err(|e| CellError::new("MetaCommandError", format!("{e:#}")));
@@ -306,7 +317,7 @@ impl Session {
         let before = self.control().and_then(|c| {
             c.clear_interrupt()?;
             c.take_error()?;
-            c.seq()
+            c.start_cell(number)
         });
         *self.stderr.lock().unwrap() = StderrWatch::default();
         let result = self.ctx.execute(cell);
@@ -524,8 +535,8 @@ impl Session {
     /// The profile of the last cell, or of everything in the session's log.
     pub fn profile(&mut self, session: bool) -> Result<viz::Profile> {
         let (from, to) = if session { (0, u64::MAX) } else { self.last_cell };
-        let (events, _dropped) = self.control()?.events_since(from)?;
-        Ok(viz::Profile::from_events(events.into_iter().filter(|e| e.seq < to).collect()))
+        let (events, _dropped, cells) = self.control()?.events_since(from)?;
+        Ok(viz::Profile::from_events(events.into_iter().filter(|e| e.seq < to).collect()).with_cells(cells))
     }
 
     /// Completions at byte `pos` of `src`: meta commands, else evcxr's (rust-analyzer), else

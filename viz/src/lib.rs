@@ -26,10 +26,15 @@
 //!   events from anywhere (a `Profile` is built from [`eager::profiler::Event`]s alone).
 //!   The log is process-wide: a capture also holds what other threads dispatched meanwhile.
 //! - table: [`Profile::table_text`], [`Profile::table_html`], or [`Profile::table`] for the
-//!   numbers ([`Table`], [`Row`]).
+//!   numbers ([`Table`], [`Row`]): one row per op, input specs and placement (a device or a
+//!   mesh); wall % counts overlapping dispatches once ([`Profile::busy_ns`],
+//!   [`Table::overlap_ns`]).
 //! - charts: [`Profile::timeline`], [`Profile::compile_vs_execute`], [`Profile::cache_hits`],
 //!   each a [`Chart`] with [`Chart::svg`], [`Chart::png`], [`Chart::write_svg`],
-//!   [`Chart::write_png`]. Colours and fonts live in [`style`]; PNG text comes from DejaVu
+//!   [`Chart::write_png`]. Timelines cut idle stretches ([`Profile::idle_gaps`], past
+//!   [`IDLE_GAP_MIN`] and [`IDLE_GAP_SHARE`] of the busy time) to marked breaks that give
+//!   their length, and name a session's cells ([`Profile::with_cells`]);
+//!   [`Chart::true_time`] keeps the true time axis. Colours and fonts live in [`style`]; PNG text comes from DejaVu
 //!   Sans embedded in the binary, so no system font library is needed.
 //! - comparison: [`compare`] puts named profiles side by side (say a training run
 //!   dispatched op by op and the same run compiled into one program per step): a
@@ -63,6 +68,7 @@
 
 mod chart;
 mod error;
+mod gaps;
 mod hint;
 mod profile;
 pub mod style;
@@ -75,6 +81,7 @@ pub use chart::{
     RunSummary,
 };
 pub use error::{Error, Result};
+pub use gaps::{IdleGap, IDLE_GAP_MIN, IDLE_GAP_SHARE};
 pub use hint::{Hint, RECOMPILE_THRESHOLD};
 pub use profile::{profile, start, Profile, Recorder};
 pub use table::{Row, SpmdSummary, Table, TierSummary, TABLE_ROWS};

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use eager::profiler::{self, Event, EventKind};
+use eager::profiler::{self, CellMark, Event, EventKind};
 use eager::Device;
 
 /// Recorded dispatches (ops and transfers), sorted by start, and the wall-clock window they
@@ -13,6 +13,8 @@ pub struct Profile {
     start_ns: u64,
     end_ns: u64,
     lost: u64,
+    /// Where REPL or notebook cells began, by event `seq` (empty outside a session).
+    cells: Vec<CellMark>,
 }
 
 impl Profile {
@@ -21,7 +23,37 @@ impl Profile {
         events.sort_by_key(|e| (e.start_ns, e.seq));
         let start_ns = events.first().map_or(0, |e| e.start_ns);
         let end_ns = events.iter().map(Event::end_ns).max().unwrap_or(start_ns);
-        Profile { events, start_ns, end_ns, lost: 0 }
+        Profile { events, start_ns, end_ns, lost: 0, cells: Vec::new() }
+    }
+
+    /// Labels the events with the cells they came from: `marks` say where each cell's
+    /// events begin ([`eager::profiler::cell_marks`] in a REPL or notebook session).
+    /// Timelines of events from several cells name the cells.
+    pub fn with_cells(mut self, mut marks: Vec<CellMark>) -> Profile {
+        marks.sort_by_key(|m| m.seq);
+        self.cells = marks;
+        self
+    }
+
+    /// The cell `e` came from, if the profile knows its cells.
+    pub fn cell_of(&self, e: &Event) -> Option<u64> {
+        let after = self.cells.partition_point(|m| m.seq <= e.seq);
+        after.checked_sub(1).map(|i| self.cells[i].cell)
+    }
+
+    /// The cells the events came from, in order, each with the range of its events in
+    /// [`Profile::events`] (events of one cell are contiguous by start, but for dispatches
+    /// still running when the next cell began). Empty if the profile knows no cells.
+    pub fn cells(&self) -> Vec<(u64, std::ops::Range<usize>)> {
+        let mut out: Vec<(u64, std::ops::Range<usize>)> = Vec::new();
+        for (i, e) in self.events.iter().enumerate() {
+            let Some(cell) = self.cell_of(e) else { continue };
+            match out.last_mut() {
+                Some((c, r)) if *c == cell => r.end = i + 1,
+                _ => out.push((cell, i..i + 1)),
+            }
+        }
+        out
     }
 
     /// Widens the window to cover `[start_ns, end_ns]` (profiler clock), so that host time
@@ -37,10 +69,11 @@ impl Profile {
     }
 
     /// Everything still in eager's log (since the start of the process or the last
-    /// [`eager::profiler::reset`]).
+    /// [`eager::profiler::reset`]), labelled with the cells it came from in a REPL or
+    /// notebook session.
     pub fn session() -> Profile {
         let lost = profiler::dropped();
-        Profile { lost, ..Profile::from_events(profiler::events()) }
+        Profile { lost, ..Profile::from_events(profiler::events()).with_cells(profiler::cell_marks()) }
     }
 
     /// The dispatches, by start time.
@@ -169,7 +202,8 @@ impl Recorder {
         let mark = self.hold.mark();
         let events: Vec<Event> = profiler::events_since(mark).into_iter().filter(|e| e.seq < next).collect();
         let lost = (next - mark).saturating_sub(events.len() as u64);
-        Profile { lost, ..Profile::from_events(events).with_window(self.start_ns, end_ns) }
+        let p = Profile::from_events(events).with_window(self.start_ns, end_ns);
+        Profile { lost, ..p.with_cells(profiler::cell_marks()) }
     }
 
     /// The profile from [`start`] to now.

@@ -1,5 +1,7 @@
-//! The per-op table: one row per op and input specs, sorted by time, with totals and the
-//! cache outcomes (memory hits, compiles, loads from disk), as aligned text or as HTML.
+//! The per-op table: one row per op, input specs and placement (a device, or a mesh), sorted
+//! by time, with totals and the cache outcomes (memory hits, compiles, loads from disk), as
+//! aligned text or as HTML. Shares of wall time count overlapping dispatches' time once;
+//! what overlapped is stated under the table.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
@@ -7,11 +9,12 @@ use std::fmt::{self, Write};
 use eager::profiler::{Event, EventKind};
 use eager::Spec;
 
+use crate::gaps::merge;
 use crate::profile::Profile;
 use crate::units::{duration, truncate};
 
 /// One line of the table: every dispatch of one op (with its attributes) on one list of
-/// input specs, or every transfer of one direction and spec.
+/// input specs and one placement, or every transfer of one direction, spec and device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     /// `add`, `sum{dims=[1]}`, or a transfer: `host→device`, `device→host`, `device→device`.
@@ -20,6 +23,9 @@ pub struct Row {
     pub kind: EventKind,
     /// `f32[2, 3] x f32[3]`.
     pub shapes: String,
+    /// Where it ran: a device (`cpu:0`), or the mesh of an SPMD program (`mesh {data: 2}`);
+    /// empty for the sums.
+    pub placement: String,
     /// Dispatches (or transfers) in the row.
     pub calls: u64,
     /// Compiles (0 for transfers).
@@ -32,6 +38,10 @@ pub struct Row {
     pub execute_ns: u64,
     /// Bytes moved (transfers; 0 for ops).
     pub bytes: u64,
+    /// Wall time during which at least one of the row's dispatches ran (overlaps counted once).
+    pub busy_ns: u64,
+    /// The row's dispatches as (start, end), merged where they overlap.
+    spans: Vec<(u64, u64)>,
 }
 
 impl Row {
@@ -51,8 +61,26 @@ impl Row {
     pub fn is_transfer(&self) -> bool {
         self.kind != EventKind::Op
     }
-    fn empty(op: String, kind: EventKind, shapes: String) -> Row {
-        Row { op, kind, shapes, calls: 0, misses: 0, disk_hits: 0, compile_ns: 0, execute_ns: 0, bytes: 0 }
+    fn empty(op: String, kind: EventKind, shapes: String, placement: String) -> Row {
+        Row {
+            op,
+            kind,
+            shapes,
+            placement,
+            calls: 0,
+            misses: 0,
+            disk_hits: 0,
+            compile_ns: 0,
+            execute_ns: 0,
+            bytes: 0,
+            busy_ns: 0,
+            spans: Vec::new(),
+        }
+    }
+    /// Merges the spans added and sums them into `busy_ns`.
+    fn settle(&mut self) {
+        self.spans = merge(std::mem::take(&mut self.spans));
+        self.busy_ns = self.spans.iter().map(|(a, b)| b - a).sum();
     }
     fn add(&mut self, e: &Event) {
         self.calls += 1;
@@ -61,6 +89,7 @@ impl Row {
         self.compile_ns += e.compile_ns;
         self.execute_ns += e.execute_ns;
         self.bytes += e.bytes;
+        self.spans.push((e.start_ns, e.end_ns()));
     }
 }
 
@@ -82,6 +111,10 @@ pub struct Table {
     pub disk_hits: u64,
     /// The window's length (what "share of wall time" divides by).
     pub wall_ns: u64,
+    /// Dispatch time that ran alongside other dispatches (threads, a mesh's devices,
+    /// asynchronous execution): the rows' compile and execute times add up to this much
+    /// more than the wall time in which any dispatch ran (`totals.busy_ns`).
+    pub overlap_ns: u64,
     /// Events the bounded log dropped before they were read.
     pub lost: u64,
     /// One-line recompile hints (see [`crate::Hint`]).
@@ -182,7 +215,7 @@ pub(crate) fn transfer_label(kind: EventKind) -> &'static str {
 
 /// One row summing `rows` (its kind is `Op` so that its misses and disk loads show).
 fn sum(op: String, rows: &[Row]) -> Row {
-    let mut s = Row::empty(op, EventKind::Op, String::new());
+    let mut s = Row::empty(op, EventKind::Op, String::new(), String::new());
     for r in rows {
         s.calls += r.calls;
         s.misses += r.misses;
@@ -190,8 +223,18 @@ fn sum(op: String, rows: &[Row]) -> Row {
         s.compile_ns += r.compile_ns;
         s.execute_ns += r.execute_ns;
         s.bytes += r.bytes;
+        s.spans.extend_from_slice(&r.spans);
     }
+    s.settle();
     s
+}
+
+/// Where an event ran: its device, or the mesh of an SPMD program.
+pub(crate) fn placement(e: &Event) -> String {
+    match &e.info.mesh {
+        Some(mesh) => mesh.to_string(),
+        None => e.device().to_string(),
+    }
 }
 
 fn specs(specs: &[Spec]) -> String {
@@ -201,17 +244,19 @@ fn specs(specs: &[Spec]) -> String {
 impl Table {
     /// The table of `profile` (what [`Profile::table`] returns).
     pub fn new(profile: &Profile) -> Table {
-        let mut index: HashMap<(EventKind, &str, &str, &[Spec]), usize> = HashMap::new();
+        let mut index: HashMap<(EventKind, &str, &str, &[Spec], String), usize> = HashMap::new();
         let mut rows: Vec<Row> = Vec::new();
         for e in profile.events() {
-            let key = (e.kind, e.name(), e.info.attrs.as_str(), e.info.inputs.as_slice());
-            let i = *index.entry(key).or_insert_with(|| {
-                rows.push(Row::empty(op_label(e), e.kind, specs(&e.info.inputs)));
+            let key = (e.kind, e.name(), e.info.attrs.as_str(), e.info.inputs.as_slice(), placement(e));
+            let i = *index.entry(key).or_insert_with_key(|key| {
+                rows.push(Row::empty(op_label(e), e.kind, specs(&e.info.inputs), key.4.clone()));
                 rows.len() - 1
             });
             rows[i].add(e);
         }
+        rows.iter_mut().for_each(Row::settle);
         let totals = sum("total".into(), &rows);
+        let overlap_ns = totals.total_ns().saturating_sub(totals.busy_ns);
         rows.sort_by(|a, b| b.total_ns().cmp(&a.total_ns()).then_with(|| a.op.cmp(&b.op)));
         Table {
             rows,
@@ -221,6 +266,7 @@ impl Table {
             misses: profile.misses(),
             disk_hits: profile.disk_hits(),
             wall_ns: profile.wall_ns(),
+            overlap_ns,
             lost: profile.lost(),
             hints: profile.hints().iter().map(|h| h.to_string()).collect(),
             spmd: SpmdSummary::of(profile),
@@ -252,12 +298,17 @@ impl Table {
         }
     }
 
-    /// Share of the wall time that `row` took, in percent.
+    /// Share of the wall time during which `row`'s dispatches ran, in percent (never above
+    /// 100: its overlapping dispatches count once; see [`Row::busy_ns`]).
     pub fn share(&self, row: &Row) -> f64 {
+        self.percent(row.busy_ns)
+    }
+
+    fn percent(&self, ns: u64) -> f64 {
         if self.wall_ns == 0 {
             0.0
         } else {
-            100.0 * row.total_ns() as f64 / self.wall_ns as f64
+            100.0 * ns as f64 / self.wall_ns as f64
         }
     }
 
@@ -267,6 +318,7 @@ impl Table {
         [
             r.op.clone(),
             r.shapes.clone(),
+            r.placement.clone(),
             r.calls.to_string(),
             if transfer { "-".into() } else { r.misses.to_string() },
             if transfer { "-".into() } else { r.disk_hits.to_string() },
@@ -288,6 +340,14 @@ impl Table {
             duration(self.wall_ns),
             self.share(&self.totals)
         )];
+        // Below a thousandth of the wall time, overlaps change no figure shown.
+        if self.overlap_ns * 1000 > self.wall_ns {
+            lines.push(format!(
+                "overlapped: {} of dispatch time ran alongside other dispatches (threads, devices, asynchronous execution): the rows' times add up to {:.1}% of wall; wall % counts time that overlapped once",
+                duration(self.overlap_ns),
+                self.percent(self.totals.total_ns())
+            ));
+        }
         if let Some(s) = &self.spmd {
             let collectives: Vec<String> = s.collectives.iter().map(|(n, k)| format!("{n} ×{k}")).collect();
             let moved =
@@ -328,11 +388,13 @@ impl Table {
     pub fn to_text(&self) -> String {
         const MAX_OP: usize = 32;
         const MAX_SHAPES: usize = 40;
+        const MAX_PLACEMENT: usize = 28;
         let mut grid: Vec<[String; COLUMNS]> = vec![HEADERS.map(String::from)];
         for (r, _) in self.shown() {
             let mut c = self.cells(r);
             c[0] = truncate(&c[0], MAX_OP);
             c[1] = truncate(&c[1], MAX_SHAPES);
+            c[2] = truncate(&c[2], MAX_PLACEMENT);
             grid.push(c);
         }
         let width: Vec<usize> =
@@ -349,7 +411,7 @@ impl Table {
                 let pad = width[i] - cell.chars().count();
                 let sep = if i == 0 { "" } else { "  " };
                 // Text columns left-aligned, numbers right-aligned.
-                if i < 2 {
+                if i < TEXT_COLUMNS {
                     let _ = write!(line, "{sep}{cell}{}", " ".repeat(pad));
                 } else {
                     let _ = write!(line, "{sep}{}{cell}", " ".repeat(pad));
@@ -373,14 +435,14 @@ impl Table {
             "<table style=\"border-collapse:collapse;font-family:monospace;font-size:13px\">\n<thead><tr>",
         );
         for (i, h) in HEADERS.iter().enumerate() {
-            let align = if i < 2 { "left" } else { "right" };
+            let align = if i < TEXT_COLUMNS { "left" } else { "right" };
             let _ = write!(out, "<th style=\"{CELL};text-align:{align}\">{}</th>", escape(h));
         }
         out.push_str("</tr></thead>\n<tbody>\n");
         for (r, total) in self.shown() {
             out.push_str(if total { "<tr style=\"font-weight:bold\">" } else { "<tr>" });
             for (i, c) in self.cells(r).iter().enumerate() {
-                let align = if i < 2 { "left" } else { "right" };
+                let align = if i < TEXT_COLUMNS { "left" } else { "right" };
                 let _ = write!(out, "<td style=\"{CELL};text-align:{align}\">{}</td>", escape(c));
             }
             out.push_str("</tr>\n");
@@ -405,12 +467,24 @@ pub const TABLE_ROWS: usize = 30;
 /// Hints written under the table; [`Profile::hints`] has them all.
 const HINTS_SHOWN: usize = 3;
 
-const COLUMNS: usize = 9;
+const COLUMNS: usize = 10;
+/// The first columns hold text (left-aligned), the others numbers.
+const TEXT_COLUMNS: usize = 3;
 
 /// "disk" counts loads from the persistent compile cache; "compile/load ms" is the time
-/// getting executables either way.
-const HEADERS: [&str; COLUMNS] =
-    ["op", "input shapes", "calls", "misses", "disk", "compile/load ms", "execute µs", "mean µs", "wall %"];
+/// getting executables either way; "wall %" the share of wall time the row's dispatches ran.
+const HEADERS: [&str; COLUMNS] = [
+    "op",
+    "input shapes",
+    "placement",
+    "calls",
+    "misses",
+    "disk",
+    "compile/load ms",
+    "execute µs",
+    "mean µs",
+    "wall %",
+];
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")

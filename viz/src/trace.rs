@@ -1,6 +1,7 @@
 //! Chrome trace-event JSON (the format Perfetto and `chrome://tracing` open): one complete
 //! event (`ph: "X"`) per compile, load from disk, execute and transfer, on one track per
-//! device lane.
+//! device lane. Times stay true (a viewer zooms); a session's cells and the idle stretches
+//! a timeline cuts get tracks of their own and are listed in the trace's `metadata`.
 
 use std::path::Path;
 
@@ -35,6 +36,8 @@ struct Trace {
     trace_events: Vec<TraceEvent>,
     #[serde(rename = "displayTimeUnit")]
     display_time_unit: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<Value>,
 }
 
 const PID: u32 = 1;
@@ -131,13 +134,57 @@ impl Profile {
                 _ => slices.push(slice(name.into(), "transfer", t, e.execute_ns, tid, args(e, None))),
             }
         }
+        let metadata = self.session_tracks(lanes.len() as u32 + 1, &mut events, &mut slices);
         // Events are sorted by start; an execute can still start after the next event does
         // when lanes overlap, so sort the slices themselves (stable: compile or load before
         // execute).
         slices.sort_by(|a, b| a.ts.partial_cmp(&b.ts).unwrap_or(std::cmp::Ordering::Equal));
         events.extend(slices);
-        let trace = Trace { trace_events: events, display_time_unit: "ms" };
+        let trace = Trace { trace_events: events, display_time_unit: "ms", metadata };
         serde_json::to_string(&trace).expect("a trace of strings and numbers always serializes")
+    }
+
+    /// Tracks from `tid` on for the cells (when the events come from several) and the idle
+    /// stretches (see [`Profile::idle_gaps`]), and the same as the trace's metadata; `None`
+    /// when there are neither.
+    fn session_tracks(
+        &self,
+        tid: u32,
+        meta_events: &mut Vec<TraceEvent>,
+        slices: &mut Vec<TraceEvent>,
+    ) -> Option<Value> {
+        let cells = self.cells();
+        let cells = if cells.len() > 1 { cells } else { Vec::new() };
+        let gaps = self.idle_gaps();
+        if cells.is_empty() && gaps.is_empty() {
+            return None;
+        }
+        let t = |ns: u64| ns - self.start_ns();
+        let mut cell_list = Vec::new();
+        if !cells.is_empty() {
+            meta_events.push(meta("thread_name", tid, json!({ "name": "cells" })));
+            meta_events.push(meta("thread_sort_index", tid, json!({ "sort_index": tid })));
+            for (cell, range) in &cells {
+                let events = &self.events()[range.clone()];
+                let start = events[0].start_ns;
+                let end = events.iter().map(Event::end_ns).max().unwrap_or(start);
+                let args = json!({ "cell": cell, "dispatches": events.len() });
+                slices.push(slice(format!("cell {cell}"), "cell", t(start), end - start, tid, args.clone()));
+                cell_list.push(json!({ "cell": cell, "ts": us(t(start)), "dur": us(end - start), "dispatches": events.len() }));
+            }
+        }
+        let idle_tid = tid + 1;
+        let mut gap_list = Vec::new();
+        if !gaps.is_empty() {
+            meta_events.push(meta("thread_name", idle_tid, json!({ "name": "idle (cut from timelines)" })));
+            meta_events.push(meta("thread_sort_index", idle_tid, json!({ "sort_index": idle_tid })));
+            for g in &gaps {
+                let args = json!({ "idle_ms": g.len_ns() as f64 / 1e6 });
+                slices.push(slice(g.label(), "idle", t(g.from_ns), g.len_ns(), idle_tid, args));
+                gap_list.push(json!({ "ts": us(t(g.from_ns)), "dur": us(g.len_ns()), "label": g.label() }));
+            }
+        }
+        Some(json!({ "cells": cell_list, "idle_gaps": gap_list }))
     }
 
     /// Writes [`Profile::trace_json`] to `path` (open it at ui.perfetto.dev or chrome://tracing).

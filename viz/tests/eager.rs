@@ -318,3 +318,27 @@ fn an_op_dropped_from_memory_comes_back_from_disk() -> Result<()> {
     assert_eq!((slice["cat"].as_str(), slice["args"]["cache"].as_str()), (Some(fetch), Some(outcome)));
     Ok(())
 }
+
+#[test]
+fn a_capture_labels_its_events_with_the_cells_marked_in_the_log() -> Result<()> {
+    let _g = lock();
+    let recorder = viz::start();
+    // What the REPL's host does before each cell (through the control socket).
+    eager::profiler::mark_cell(41);
+    let x = Tensor::ones(&[29], DType::F32)?;
+    x.exp()?.block_until_ready()?;
+    eager::profiler::mark_cell(42);
+    x.neg()?.block_until_ready()?;
+    let p = recorder.stop();
+    let cells: Vec<(u64, Vec<&str>)> = p
+        .cells()
+        .into_iter()
+        .map(|(cell, range)| {
+            (cell, p.events()[range].iter().filter(|e| e.kind == EventKind::Op).map(|e| e.name()).collect())
+        })
+        .collect();
+    assert_eq!(cells, [(41, vec!["full", "exp"]), (42, vec!["neg"])], "ones is a `full` op");
+    let svg = p.timeline().svg().expect("an svg");
+    assert!(svg.contains("cell 41") && svg.contains("cell 42"), "the timeline names both cells");
+    Ok(())
+}

@@ -520,6 +520,7 @@ fn disk_loads_are_counted_apart_from_hits_and_misses() {
         [
             "op",
             "input shapes",
+            "placement",
             "calls",
             "misses",
             "disk",
@@ -557,9 +558,9 @@ fn disk_loads_are_counted_apart_from_hits_and_misses() {
     let body = cells("td");
     assert!(body.iter().all(|r| r.len() == header.len()));
     let matmul = body.iter().find(|r| r[0] == "matmul").expect("a matmul row");
-    assert_eq!(matmul[2..6], ["2", "0", "1", "1.00"]);
+    assert_eq!(matmul[2..7], ["cpu:0", "2", "0", "1", "1.00"]);
     let total = body.last().unwrap();
-    assert_eq!(total[..6], ["total", "", "7", "1", "2", "4.00"]);
+    assert_eq!(total[..7], ["total", "", "", "7", "1", "2", "4.00"]);
 }
 
 /// `(x, y, width)` of every `<rect>` filled with `color`, top first.

@@ -3,7 +3,6 @@
 //! axis all runs share (so their lengths compare), the same short window from the middle of
 //! each run (so the slices per step compare), and grouped bars of the totals.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::time::Duration;
 
@@ -11,96 +10,13 @@ use eager::profiler::Event;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::timeline::{draw_slices, row_chart, row_label_width, SLICE_LEGEND};
+use super::summary::{caption, RunSummary};
+use super::timeline::{draw_cuts, draw_slices, row_chart, row_label_width, SLICE_LEGEND};
 use super::{outputs, Drawing};
+use crate::gaps::TimeAxis;
 use crate::profile::Profile;
 use crate::style::{fit, time_unit, Area, DrawResult, Look, COMPILE, EXECUTE, LOAD, TRANSFER, WALL};
-use crate::table::op_label;
 use crate::units::{duration, value};
-
-/// A run's figures, as the comparison's text, table and captions state them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunSummary {
-    /// The run's name, as given to [`crate::compare`].
-    pub name: String,
-    /// Op dispatches (each an executable run: a one-op program, a fused region or a compiled function).
-    pub op_dispatches: u64,
-    /// Host↔device and device↔device transfers.
-    pub transfers: u64,
-    /// Distinct executables the ops ran: op, attributes, input specs and device.
-    pub executables: u64,
-    /// Time compiling (misses).
-    pub compile_ns: u64,
-    /// Time loading executables from the persistent compile cache.
-    pub load_ns: u64,
-    /// Device time executing ops.
-    pub execute_ns: u64,
-    /// Time transferring.
-    pub transfer_ns: u64,
-    /// The run's window, first dispatch to last completion.
-    pub wall_ns: u64,
-    /// The op (with its attributes) dispatched most often, and how often.
-    pub most_dispatched: Option<(String, u64)>,
-    /// Training steps the run took, if the comparison was told ([`Comparison::steps`]).
-    pub steps: Option<u64>,
-}
-
-impl RunSummary {
-    fn new(name: &str, p: &Profile, steps: Option<u64>) -> RunSummary {
-        let mut executables = HashSet::new();
-        let mut counts: HashMap<String, u64> = HashMap::new();
-        for e in p.ops() {
-            executables.insert((e.name(), e.info.attrs.as_str(), e.info.inputs.as_slice(), e.device()));
-            *counts.entry(op_label(e)).or_default() += 1;
-        }
-        // Ties go to the alphabetically first, so the summary does not depend on hashing.
-        let most_dispatched = counts.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
-        RunSummary {
-            name: name.to_string(),
-            op_dispatches: p.ops().count() as u64,
-            transfers: (p.events().len() - p.ops().count()) as u64,
-            executables: executables.len() as u64,
-            compile_ns: p.compile_ns(),
-            load_ns: p.load_ns(),
-            execute_ns: p.execute_ns(),
-            transfer_ns: p.transfer_ns(),
-            wall_ns: p.wall_ns(),
-            most_dispatched,
-            steps,
-        }
-    }
-
-    /// Op dispatches per second of wall time (0 for an empty window).
-    pub fn dispatches_per_second(&self) -> f64 {
-        if self.wall_ns == 0 {
-            0.0
-        } else {
-            self.op_dispatches as f64 * 1e9 / self.wall_ns as f64
-        }
-    }
-
-    /// Op dispatches per training step, if the steps are known.
-    pub fn dispatches_per_step(&self) -> Option<f64> {
-        self.steps.filter(|&s| s > 0).map(|s| self.op_dispatches as f64 / s as f64)
-    }
-
-    /// Wall time per training step with compiling and loading taken out: what a step costs
-    /// once warm. `None` if the steps are not known.
-    pub fn steady_step_ns(&self) -> Option<f64> {
-        self.steps.filter(|&s| s > 0).map(|s| self.steady_ns() as f64 / s as f64)
-    }
-
-    /// The host's own time: wall less compiling, loading, device execute and transfers (a
-    /// read's wait for its producer is that op's execute, not a transfer).
-    pub fn host_ns(&self) -> u64 {
-        self.wall_ns.saturating_sub(self.compile_ns + self.load_ns + self.execute_ns + self.transfer_ns)
-    }
-
-    /// Wall time without compiling and loading.
-    fn steady_ns(&self) -> u64 {
-        self.wall_ns.saturating_sub(self.compile_ns + self.load_ns)
-    }
-}
 
 /// Several profiles compared: [`Comparison::text`] for a terminal, [`Comparison::html`] and
 /// the charts ([`Comparison::svg`], [`Comparison::png`], [`Comparison::write_png`],
@@ -117,6 +33,7 @@ pub struct Comparison {
     runs: Vec<(String, Profile)>,
     steps: Option<u64>,
     zoom_ns: Option<u64>,
+    true_time: bool,
 }
 
 /// Compares named profiles (copied, so the comparison outlives them, e.g. across notebook
@@ -134,6 +51,7 @@ pub fn compare(profiles: &[(&str, &Profile)]) -> Comparison {
         runs: profiles.iter().map(|&(name, p)| (name.to_string(), p.clone())).collect(),
         steps: None,
         zoom_ns: None,
+        true_time: false,
     }
 }
 
@@ -142,6 +60,13 @@ impl Comparison {
     /// shows one warm step of the slowest run.
     pub fn steps(mut self, steps: usize) -> Comparison {
         self.steps = Some(steps as u64).filter(|&s| s > 0);
+        self
+    }
+
+    /// Keeps the true time axis in the whole-run lanes: idle stretches (see
+    /// [`Profile::idle_gaps`]) at their length instead of cut out at a marked line.
+    pub fn true_time(mut self) -> Comparison {
+        self.true_time = true;
         self
     }
 
@@ -160,12 +85,20 @@ impl Comparison {
     pub fn zoom_ns(&self) -> u64 {
         let longest = self.runs.iter().map(|(_, p)| p.wall_ns()).max().unwrap_or(0);
         let auto = || {
+            // Unless the true time axis is kept, idle stretches are no part of a step.
+            let idle: Vec<u64> = self
+                .runs
+                .iter()
+                .map(|(_, p)| if self.true_time { 0 } else { p.idle_gaps().iter().map(|g| g.len_ns()).sum() })
+                .collect();
             let summaries = self.summaries();
+            let steady =
+                summaries.iter().zip(&idle).map(|(s, idle)| (s, s.steady_ns().saturating_sub(*idle)));
             match self.steps {
-                Some(steps) => summaries.iter().map(|s| s.steady_ns() / steps).max().unwrap_or(0),
+                Some(steps) => steady.map(|(_, ns)| ns / steps).max().unwrap_or(0),
                 None => {
-                    let per_dispatch = |s: &RunSummary| s.steady_ns() / s.op_dispatches.max(1);
-                    3 * summaries.iter().filter(|s| s.op_dispatches > 0).map(per_dispatch).max().unwrap_or(0)
+                    let per_dispatch = |(s, ns): (&RunSummary, u64)| ns / s.op_dispatches.max(1);
+                    3 * steady.filter(|(s, _)| s.op_dispatches > 0).map(per_dispatch).max().unwrap_or(0)
                 }
             }
         };
@@ -428,8 +361,25 @@ impl Drawing for Comparison {
         };
         let window = self.zoom_ns();
         let longest = self.runs.iter().map(|(_, p)| p.wall_ns()).max().unwrap_or(0);
+        // Each run's idle stretches cut out of its lane (none with the true time axis).
+        let axes: Vec<TimeAxis> = self
+            .runs
+            .iter()
+            .map(|(_, p)| {
+                let gaps = if self.true_time { Vec::new() } else { p.idle_gaps() };
+                TimeAxis::cut(p.start_ns(), p.end_ns(), &gaps, 0.0)
+            })
+            .collect();
+        let cut = axes.iter().any(|a| !a.breaks.is_empty());
+        let span = axes.iter().map(|a| a.len).fold(0.0, f64::max) as u64;
         let subtitle = if longest == 0 {
             "no dispatches recorded".to_string()
+        } else if cut {
+            format!(
+                "whole runs on one shared time axis (0 to {}), idle stretches cut out at the marked lines; then the same {} of each run",
+                duration(span),
+                duration(window)
+            )
         } else {
             format!(
                 "whole runs on one shared time axis (0 to {}), so their lengths compare; then the same {} of each run",
@@ -455,19 +405,17 @@ impl Drawing for Comparison {
         let (zoom, totals) = rest.split_vertically(part);
 
         let whole = heading(&whole, look, "Whole runs, one time axis")?;
-        let (per_unit, unit) = time_unit(longest);
-        let x_max = (longest as f64 / per_unit).max(1e-3);
-        let mut chart = row_chart(
-            &whole,
-            look,
-            &names,
-            x_max,
-            &format!("time since the run's start ({unit})"),
-            None,
-            y_area,
-        )?;
-        for (i, (_, p)) in self.runs.iter().enumerate() {
-            draw_slices(&mut chart, look, n, p.events().iter().map(|e| (e, i)), p.start_ns(), per_unit)?;
+        let (per_unit, unit) = time_unit(span);
+        let x_max = (span as f64 / per_unit).max(1e-3);
+        let x_desc = if cut {
+            format!("time at work since the run's start ({unit}), idle stretches cut out")
+        } else {
+            format!("time since the run's start ({unit})")
+        };
+        let mut chart = row_chart(&whole, look, &names, x_max, &x_desc, None, y_area, None)?;
+        for (i, ((_, p), axis)) in self.runs.iter().zip(&axes).enumerate() {
+            draw_slices(&mut chart, look, n, p.events().iter().map(|e| (e, i)), axis, per_unit)?;
+            draw_cuts(&mut chart, look, n, i, axis, per_unit)?;
         }
 
         let starts = self.zoom_starts(window);
@@ -488,13 +436,14 @@ impl Drawing for Comparison {
         )?;
         let (per_unit, unit) = time_unit(window);
         let x_max = (window as f64 / per_unit).max(1e-3);
-        let mut chart =
-            row_chart(&zoom, look, &names, x_max, &format!("time into the window ({unit})"), None, y_area)?;
+        let x_desc = format!("time into the window ({unit})");
+        let mut chart = row_chart(&zoom, look, &names, x_max, &x_desc, None, y_area, None)?;
         for (i, ((_, p), &start)) in self.runs.iter().zip(&starts).enumerate() {
             // Only the events that can reach into the window: the log is sorted by start.
             let events: &[Event] = p.events();
             let last = events.partition_point(|e| e.start_ns <= start + window);
-            draw_slices(&mut chart, look, n, events[..last].iter().map(|e| (e, i)), start, per_unit)?;
+            let axis = TimeAxis::linear(start, start + window);
+            draw_slices(&mut chart, look, n, events[..last].iter().map(|e| (e, i)), &axis, per_unit)?;
         }
 
         let totals = heading(&totals, look, "Totals")?;
@@ -567,7 +516,8 @@ impl Comparison {
                 x_max = x_max.max(of(s) as f64 / per_unit * plot_w / room);
             }
         }
-        let mut chart = row_chart(area, look, names, x_max, &format!("total time ({unit})"), None, y_area)?;
+        let x_desc = format!("total time ({unit})");
+        let mut chart = row_chart(area, look, names, x_max, &x_desc, None, y_area, None)?;
         let px = x_max / plot_w;
         let thick = 80 / kinds.len() as i32;
         let mut bars = Vec::new();
@@ -590,39 +540,6 @@ impl Comparison {
         chart.draw_series(labels)?;
         Ok(())
     }
-}
-
-/// A run's caption: `600 op dispatches (60 per step) · 60 distinct executables · most
-/// dispatched: add ×200 · 20 transfers`, then its times.
-fn caption(s: &RunSummary) -> [String; 2] {
-    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    let per_step = s.dispatches_per_step().map_or(String::new(), |d| format!(" ({} per step)", value(d)));
-    let most =
-        s.most_dispatched.as_ref().map_or(String::new(), |(op, n)| format!(" · most dispatched: {op} ×{n}"));
-    let transfers = if s.transfers > 0 {
-        format!(" · {}", plural(s.transfers, "transfer", "transfers"))
-    } else {
-        String::new()
-    };
-    let counts = format!(
-        "{}{per_step} · {}{most}{transfers}",
-        plural(s.op_dispatches, "op dispatch", "op dispatches"),
-        plural(s.executables, "distinct executable", "distinct executables")
-    );
-    let load =
-        if s.load_ns > 0 { format!(" · load from disk {}", duration(s.load_ns)) } else { String::new() };
-    let transfer =
-        if s.transfer_ns > 0 { format!(" · transfer {}", duration(s.transfer_ns)) } else { String::new() };
-    let step =
-        s.steady_step_ns().map_or(String::new(), |ns| format!(" ({} per warm step)", duration(ns as u64)));
-    let times = format!(
-        "compile {}{load} · device execute {}{transfer} · wall {}{step} · {} dispatches/s",
-        duration(s.compile_ns),
-        duration(s.execute_ns),
-        duration(s.wall_ns),
-        value(s.dispatches_per_second().round())
-    );
-    [counts, times]
 }
 
 /// One bar of the totals panel: its label, colour and the figure of a run it shows.

@@ -8,11 +8,13 @@ mod compile_vs_execute;
 mod line;
 mod memory;
 mod raster;
+mod summary;
 mod timeline;
 
-pub use compare::{compare, Comparison, RunSummary};
+pub use compare::{compare, Comparison};
 pub use line::{line_chart, LineChart};
 pub use memory::{memory_chart, MemoryChart};
+pub use summary::RunSummary;
 
 use plotters::prelude::*;
 
@@ -100,12 +102,21 @@ impl ChartKind {
 pub struct Chart<'a> {
     profile: &'a Profile,
     kind: ChartKind,
+    true_time: bool,
 }
 
 impl<'a> Chart<'a> {
     /// A `kind` chart of `profile` (the [`Profile`] methods make these).
     pub fn new(profile: &'a Profile, kind: ChartKind) -> Chart<'a> {
-        Chart { profile, kind }
+        Chart { profile, kind, true_time: false }
+    }
+
+    /// Keeps the true time axis: a timeline draws idle stretches at their length instead
+    /// of cutting them to marked breaks (see [`Profile::idle_gaps`]). Other charts have no
+    /// time axis.
+    pub fn true_time(mut self) -> Chart<'a> {
+        self.true_time = true;
+        self
     }
 
     /// Which view it draws.
@@ -122,7 +133,10 @@ impl Drawing for Chart<'_> {
     /// Fits the content: one row per lane or op kind.
     fn natural_size(&self) -> (u32, u32) {
         match self.kind {
-            ChartKind::Timeline => (1200, (230 + 56 * self.profile.lanes().0.len() as u32).min(900)),
+            ChartKind::Timeline => {
+                let cells = if self.profile.cells().len() > 1 { timeline::CELL_STRIP } else { 0 };
+                (1200, (230 + cells + 56 * self.profile.lanes().0.len() as u32).min(900))
+            }
             ChartKind::CompileVsExecute => {
                 (1000, (210 + 30 * compile_vs_execute::kinds(self.profile) as u32).clamp(380, 900))
             }
@@ -132,7 +146,7 @@ impl Drawing for Chart<'_> {
 
     fn draw_on<DB: DrawingBackend>(&self, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {
         match self.kind {
-            ChartKind::Timeline => timeline::draw(self.profile, root, look),
+            ChartKind::Timeline => timeline::draw(self.profile, self.true_time, root, look),
             ChartKind::CompileVsExecute => compile_vs_execute::draw(self.profile, root, look),
             ChartKind::CacheHits => cache_hits::draw(self.profile, root, look),
         }
@@ -208,7 +222,8 @@ fn check(width: u32, height: u32) -> Result<()> {
 
 impl Profile {
     /// Every dispatch as a bar on a time axis (compile, load from disk, execute, transfer in
-    /// four colours).
+    /// four colours), idle stretches cut to marked breaks ([`Chart::true_time`] keeps them)
+    /// and, for a session's events, the cells they came from named.
     pub fn timeline(&self) -> Chart<'_> {
         Chart::new(self, ChartKind::Timeline)
     }
