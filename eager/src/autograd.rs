@@ -215,6 +215,13 @@ impl Tensor {
         *lock(&self.grad_state().grad) = None;
     }
 
+    /// Replaces the accumulated gradient of a leaf that requires one (a no-op on others).
+    pub(crate) fn set_grad(&self, grad: Option<Tensor>) {
+        if self.requires_grad() {
+            *lock(&self.grad_state().grad) = grad;
+        }
+    }
+
     pub(crate) fn node(&self) -> Option<&Node> {
         self.grad_state().node.as_deref()
     }

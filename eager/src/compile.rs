@@ -309,7 +309,7 @@ pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
             }
         };
         let mut t = rec.tensor(v);
-        if var.is_parameter() {
+        if var.requires_grad() {
             t = t.set_requires_grad(true).expect("parameters are floating point");
         }
         rec.vars.insert(var.id(), t.clone());

@@ -22,6 +22,7 @@
 //! [`autograd`], [`compile`] (a function traced into one program), [`var`] → [`nn`],
 //! [`optim`], [`io`] (safetensors and .npy files).
 
+pub mod autocast;
 pub mod autograd;
 pub mod cache;
 pub mod compile;
@@ -44,6 +45,7 @@ pub mod shared;
 pub mod tensor;
 pub mod var;
 
+pub use autocast::{autocast, autocast_dtype, set_autocast, AutocastGuard};
 pub use autograd::{no_grad, NoGradGuard};
 pub use compile::{
     compile, end_fused_region, fused, fused_mode, ops_as_one, set_fused_mode, set_ops_as_one, Compiled,
