@@ -245,6 +245,8 @@ impl Tensor {
             ));
         }
         let _no_grad = NoGradGuard::new();
+        // Gradients keep the dtypes of the forward pass, as torch's backward under autocast.
+        let _full_precision = crate::autocast::AutocastGuard::off();
         let order = topological_order(self);
         // On the default device the whole pass is one program (one executable, as torch's
         // autograd engine runs it in one call), its gradients given to the leaves as it ends.

@@ -1,4 +1,5 @@
-//! The fully connected layer, `y = x Wᵀ + b` (torch's `nn.Linear`).
+//! The fully connected layer, `y = x Wᵀ + b` (torch's `nn.Linear`). Autocast
+//! ([`crate::autocast`]): on the low-precision list, bias included, as torch's `linear`.
 
 use super::{uniform, Module};
 use crate::dtype::DType;
@@ -45,6 +46,7 @@ impl Linear {
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
         // x wᵀ as one op: the weight is read transposed, not transposed first. A batch of
         // rows [B, T, in] is one [B T, in] matrix, so the weight is not broadcast per batch.
+        let x = &crate::ops::autocast_low(x)?;
         let weighted = || {
             let w = self.weight.get();
             if x.rank() > 2 {
@@ -59,7 +61,9 @@ impl Linear {
         };
         match &self.bias {
             // torch's F.linear: one op, the bias added in the same program.
-            Some(b) => crate::compile::fused_op("linear", || weighted()?.add(&b.get())),
+            Some(b) => {
+                crate::compile::fused_op("linear", || weighted()?.add(&crate::ops::autocast_low(&b.get())?))
+            }
             None => weighted(),
         }
     }

@@ -63,6 +63,7 @@ pub fn layer_norm(
         );
         return Err(Error::shape("layer_norm", msg));
     }
+    let x = &crate::ops::autocast_f32(x)?;
     crate::compile::fused_op("layer_norm", || {
         let dtype = x.dtype();
         let x32 = upcast(x)?;
@@ -90,6 +91,7 @@ pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor>
         let msg = format!("the weight must be [{dim}] for input {}, got {}", x.spec(), w.spec());
         return Err(Error::shape("rms_norm", msg));
     }
+    let x = &crate::ops::autocast_f32(x)?;
     crate::compile::fused_op("rms_norm", || {
         let x32 = upcast(x)?;
         let y = x32.rms_norm(1, eps)?;
@@ -167,8 +169,9 @@ pub fn batch_norm(
     column[1] = -1;
     // Half precision is normalised in f32 and rounded once (as torch); the running statistics
     // keep their own dtype (torch's are f32 beside a bf16 input too).
+    let x = crate::ops::autocast_f32(x)?;
     let dtype = x.dtype();
-    let x = upcast(x)?;
+    let x = upcast(&x)?;
     let compute = x.dtype();
     let normed = if training {
         let count: usize = shape.iter().enumerate().filter(|&(d, _)| d != 1).map(|(_, &s)| s).product();

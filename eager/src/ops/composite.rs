@@ -1,5 +1,9 @@
 //! Ops written once on the primitives, with no definition of their own: each runs as the ops it
 //! is made of (so gradients, the cache and the profiler see those). As tinygrad's mixin.
+//!
+//! Autocast ([`crate::autocast`]): softmax, log_softmax, rms_norm and group_norm are on the f32
+//! list (half inputs cast up, result f32); attention is on the low-precision list (q, k, v cast
+//! to the autocast dtype); the others run as the ops they are made of.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -20,7 +24,7 @@ pub(crate) trait CompositeOps: Operand {
         if self.shape_of()[d] == 0 {
             return Ok(self.clone()); // nothing to normalise (and an empty dim has no max)
         }
-        in_f32(self, |x| {
+        in_f32(&super::autocast_f32(self)?, |x| {
             let shifted = x.sub(&x.max(&[dim], true)?)?;
             let e = shifted.exp()?;
             e.div(&e.sum(&[dim], true)?)
@@ -33,7 +37,7 @@ pub(crate) trait CompositeOps: Operand {
         if self.shape_of()[d] == 0 {
             return Ok(self.clone());
         }
-        in_f32(self, |x| {
+        in_f32(&super::autocast_f32(self)?, |x| {
             let shifted = x.sub(&x.max(&[dim], true)?)?;
             let lse = shifted.exp()?.sum(&[dim], true)?.log()?;
             shifted.sub(&lse)
@@ -55,7 +59,9 @@ pub(crate) trait CompositeOps: Operand {
             return Err(Error::invalid("rms_norm", msg));
         }
         let over: Vec<isize> = (rank - dims..rank).map(|d| d as isize).collect();
-        in_f32(self, |x| x.mul(&x.square()?.mean(&over, true)?.add_scalar(eps)?.rsqrt()?))
+        in_f32(&super::autocast_f32(self)?, |x| {
+            x.mul(&x.square()?.mean(&over, true)?.add_scalar(eps)?.rsqrt()?)
+        })
     }
 
     /// Each of `groups` groups of channels (dim 1 of `[N, C, ...]`) normalised to mean 0 and
@@ -69,7 +75,7 @@ pub(crate) trait CompositeOps: Operand {
             );
             return Err(Error::invalid("group_norm", msg));
         }
-        in_f32(self, |x| {
+        in_f32(&super::autocast_f32(self)?, |x| {
             let grouped = x.reshape(&[shape[0] as isize, groups as isize, -1])?;
             let mean = grouped.mean(&[2], true)?;
             let centered = grouped.sub(&mean)?;
@@ -90,7 +96,8 @@ pub(crate) trait CompositeOps: Operand {
         mask: Option<&Self>,
         causal: bool,
     ) -> Result<Self> {
-        let (q, rank) = (self, self.rank_of());
+        let (q, k, v) = (&super::autocast_low(self)?, &super::autocast_low(k)?, &super::autocast_low(v)?);
+        let rank = q.rank_of();
         if rank < 2 || k.rank_of() < 2 || v.rank_of() < 2 {
             let msg = format!(
                 "needs [..., L, d] queries, keys and values, got {}, {} and {}",

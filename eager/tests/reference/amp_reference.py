@@ -61,7 +61,7 @@ def scaler(req):
 
 
 def autocast_mlp(req):
-    w1, b1, w2, b2 = (torch.nn.Parameter(t(v)) for v in req["weights"])
+    w1, b1, w2, b2 = (torch.nn.Parameter(t(v).reshape(s)) for v, s in zip(req["weights"], req["shapes"]))
     opt = torch.optim.SGD([w1, b1, w2, b2], lr=req["lr"])
     out = []
     for x, y in req["batches"]:
