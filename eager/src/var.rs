@@ -24,6 +24,9 @@ struct VarInner {
     /// takes no gradient (none is computed or kept) and optimizers skip it.
     frozen: AtomicBool,
     value: Mutex<Tensor>,
+    /// What a layer attached to this weight (a LoRA adapter: `nn::apply_lora`), typed by the
+    /// layer that reads it.
+    adapter: Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl Var {
@@ -35,6 +38,7 @@ impl Var {
                 parameter: false,
                 frozen: AtomicBool::new(false),
                 value: Mutex::new(value.detach()),
+                adapter: Mutex::new(None),
             }),
         }
     }
@@ -43,9 +47,8 @@ impl Var {
     pub fn parameter(name: impl Into<String>, value: Tensor) -> Result<Var> {
         let leaf = value.detach().set_requires_grad(true)?;
         let frozen = AtomicBool::new(false);
-        Ok(Var {
-            inner: Arc::new(VarInner { name: name.into(), parameter: true, frozen, value: Mutex::new(leaf) }),
-        })
+        let (value, adapter) = (Mutex::new(leaf), Mutex::new(None));
+        Ok(Var { inner: Arc::new(VarInner { name: name.into(), parameter: true, frozen, value, adapter }) })
     }
 
     /// Freezes (`false`) or unfreezes a parameter, as torch's `p.requires_grad_(False)`: a
@@ -143,6 +146,16 @@ impl Var {
         }
         value.set_grad(grad.map(|g| g.detach()));
         Ok(())
+    }
+
+    /// What a layer attached to this Var, if it is a `T`.
+    pub(crate) fn adapter<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        lock(&self.inner.adapter).clone()?.downcast::<T>().ok()
+    }
+
+    /// Attaches `adapter` to this Var (`None` takes it off).
+    pub(crate) fn set_adapter(&self, adapter: Option<Arc<dyn std::any::Any + Send + Sync>>) {
+        *lock(&self.inner.adapter) = adapter;
     }
 
     /// Identity of the slot.
