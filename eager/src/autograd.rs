@@ -215,6 +215,13 @@ impl Tensor {
         *lock(&self.grad_state().grad) = None;
     }
 
+    /// Replaces the accumulated gradient of a leaf that requires one (a no-op on others).
+    pub(crate) fn set_grad(&self, grad: Option<Tensor>) {
+        if self.requires_grad() {
+            *lock(&self.grad_state().grad) = grad;
+        }
+    }
+
     pub(crate) fn node(&self) -> Option<&Node> {
         self.grad_state().node.as_deref()
     }
@@ -238,6 +245,8 @@ impl Tensor {
             ));
         }
         let _no_grad = NoGradGuard::new();
+        // Gradients keep the dtypes of the forward pass, as torch's backward under autocast.
+        let _full_precision = crate::autocast::AutocastGuard::off();
         let order = topological_order(self);
         // On the default device the whole pass is one program (one executable, as torch's
         // autograd engine runs it in one call), its gradients given to the leaves as it ends.

@@ -309,7 +309,7 @@ pub(crate) fn read_var(var: &Var) -> Option<Tensor> {
             }
         };
         let mut t = rec.tensor(v);
-        if var.is_parameter() {
+        if var.requires_grad() {
             t = t.set_requires_grad(true).expect("parameters are floating point");
         }
         rec.vars.insert(var.id(), t.clone());
@@ -696,9 +696,10 @@ pub struct Compiled<F> {
     traces: Mutex<HashMap<Signature, Arc<Traced>>>,
 }
 
-/// What a compiled function is traced once per: its arguments' specs, the device and the
-/// arguments' splits (collectives inside take blocks along them).
-type Signature = (SmallVec<[Spec; 4]>, Device, SmallVec<[Option<Sharding>; 4]>);
+/// What a compiled function is traced once per: its arguments' specs, the device, the
+/// arguments' splits (collectives inside take blocks along them) and the autocast dtype of
+/// the call (autocast decides the dtypes the traced ops run in).
+type Signature = (SmallVec<[Spec; 4]>, Device, SmallVec<[Option<Sharding>; 4]>, Option<DType>);
 
 /// Compiles `f`: the first call with given argument shapes and dtypes traces it into one
 /// StableHLO program; every call runs that program as one executable. `f` must compute its
@@ -722,7 +723,8 @@ where
         let _region = set_fused_aside();
         let device = args.first().map(|t| t.device()).unwrap_or_else(runtime::default_device);
         let splits = args.iter().map(|t| t.sharding().cloned()).collect();
-        let key = (args.iter().map(|t| t.spec().clone()).collect(), device, splits);
+        let autocast = crate::autocast::autocast_dtype();
+        let key = (args.iter().map(|t| t.spec().clone()).collect(), device, splits, autocast);
         let cached = lock(&self.traces).get(&key).cloned();
         let traced = match cached {
             // Vars read by the program must still have the shapes it was traced with.

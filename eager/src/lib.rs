@@ -15,13 +15,14 @@
 //! Map, in layers (bottom up; no module imports one above it): [`dtype`], [`shape`],
 //! [`device`], [`shared`] (process-wide state) → [`pjrt`] (FFI and safe handles), [`plugin`]
 //! (finding plugins per device target), [`error`], [`memory`] (live tensor bytes, the peak,
-//! the cap) → [`ops`] (one file per op family) →
+//! the cap), [`autocast`] (its scopes; the ops say their lists) → [`ops`] (one file per op family) →
 //! [`cache`] (in memory), [`disk_cache`] (persistent), [`profiler`] (the event log the viz
 //! crate draws), [`runtime`] (plugins, execute, transfers), [`mesh`] (meshes and shardings)
 //! → [`tensor`] (and its dispatch),
 //! [`autograd`], [`compile`](mod@compile) (a function traced into one program), [`var`] → [`nn`],
 //! [`optim`], [`io`] (safetensors and .npy files).
 
+pub mod autocast;
 pub mod autograd;
 pub mod cache;
 pub mod compile;
@@ -44,6 +45,7 @@ pub mod shared;
 pub mod tensor;
 pub mod var;
 
+pub use autocast::{autocast, autocast_dtype, set_autocast, AutocastGuard};
 pub use autograd::{no_grad, NoGradGuard};
 pub use compile::{
     compile, end_fused_region, fused, fused_mode, ops_as_one, set_fused_mode, set_ops_as_one, Compiled,

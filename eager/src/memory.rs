@@ -82,7 +82,20 @@ impl MemorySnapshot {
         v
     }
 
-    /// The `:memory` text: live total, peak, per device, the top tensors now and at the peak.
+    /// Live bytes per dtype, most first (a bf16-autocast step next to an f32 one shows where
+    /// its activations went).
+    pub fn by_dtype(&self) -> Vec<(DType, u64)> {
+        let mut m: HashMap<DType, u64> = HashMap::new();
+        for t in &self.live {
+            *m.entry(t.dtype).or_default() += t.bytes;
+        }
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by_key(|&(d, b)| (std::cmp::Reverse(b), d));
+        v
+    }
+
+    /// The `:memory` text: live total, peak, per device and per dtype, the top tensors now and
+    /// at the peak.
     pub fn summary(&self, top: usize) -> String {
         let mut s = format!(
             "live: {} in {} tensor(s) · peak: {}",
@@ -99,6 +112,12 @@ impl MemorySnapshot {
             let per: Vec<String> =
                 by_device.iter().map(|(d, b)| format!("{d} {}", format_bytes(*b))).collect();
             s.push_str(&format!("by device: {}\n", per.join(" · ")));
+        }
+        let by_dtype = self.by_dtype();
+        if !by_dtype.is_empty() {
+            let per: Vec<String> =
+                by_dtype.iter().map(|(d, b)| format!("{d} {}", format_bytes(*b))).collect();
+            s.push_str(&format!("by dtype: {}\n", per.join(" · ")));
         }
         if !self.live.is_empty() {
             s.push_str("largest live tensors:\n");

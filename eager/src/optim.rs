@@ -1,6 +1,28 @@
 //! Optimizers (as torch.optim): they read each parameter's gradient and set its new value.
 //! Their state (momentum, moments, step count) lives in [`Var`]s and is computed on the device,
 //! so a step inside a compiled function reads and writes it like the parameters.
+//!
+//! Frozen parameters ([`Var::set_requires_grad`]`(false)`) are skipped: those frozen when an
+//! optimizer is made get no state at all (LoRA's frozen base costs no moments), those frozen
+//! later are left as they are.
+//!
+//! Mixed precision, two ways (as torch users do it):
+//! - f32 parameters under [`crate::autocast`]: the parameters stay f32, autocast casts them
+//!   for the ops of its low-precision list, and gradients come back f32 through the casts;
+//!   nothing to do here (torch.amp's way, the recommended one).
+//! - bf16/f16 parameters with [`Adam::with_master_weights`]: the optimizer keeps an f32
+//!   master copy of each half-precision parameter (and f32 moments), updates the master from
+//!   the gradient cast to f32, and sets the parameter to the master rounded once, so small
+//!   updates accumulate instead of rounding away (what apex's O2 and JAX's `jmp` do).
+//!
+//! f16 gradients underflow without loss scaling: see [`GradScaler`] (torch.amp.GradScaler),
+//! and [`clip_grad_norm_`] for clipping by the global norm.
+
+mod clip;
+mod scaler;
+
+pub use clip::clip_grad_norm_;
+pub use scaler::GradScaler;
 
 use crate::autograd::no_grad;
 use crate::compile::AheadMark;
@@ -15,18 +37,28 @@ pub trait Optimizer {
 
     /// Forgets every parameter's gradient.
     fn zero_grad(&self);
+
+    /// The parameters it updates (what [`GradScaler::unscale_`] and clipping go over).
+    fn params(&self) -> &[Var];
+}
+
+/// The parameters that take gradients now (frozen ones get no optimizer state).
+fn trainable(params: Vec<Var>) -> Vec<Var> {
+    params.into_iter().filter(Var::requires_grad).collect()
 }
 
 /// Runs `update`, an optimizer's step over `params`, as one program named `name` (torch's
 /// `foreach`/fused optimizers: all parameters in one executable, not ~10 dispatches each).
 /// Parameters split over a mesh step op by op; the first steps of a loop then run it dry
-/// first, so that its executables are fetched side by side (see `compile::ahead`).
+/// first, so that its executables are fetched side by side (see `compile::ahead`). Autocast
+/// is off inside: an update keeps each parameter's dtype.
 fn step_with(
     name: &'static str,
     params: &[Var],
     mark: &AheadMark,
     update: impl Fn() -> Result<()>,
 ) -> Result<()> {
+    let _full_precision = crate::autocast::AutocastGuard::off();
     // `current`, not `get`: reading a Var inside a compiled function would make it an input.
     let Some(first) = params.first().map(Var::current) else { return Ok(()) };
     let local = first.shards().is_none();
@@ -60,6 +92,7 @@ impl Sgd {
     }
 
     pub fn with_momentum(params: Vec<Var>, lr: f64, momentum: f64) -> Result<Sgd> {
+        let params = trainable(params);
         let velocity = params
             .iter()
             .map(|p| if momentum != 0.0 { zero_state(p, "velocity").map(Some) } else { Ok(None) })
@@ -72,7 +105,7 @@ impl Optimizer for Sgd {
     fn step(&self) -> Result<()> {
         step_with("sgd.step", &self.params, &self.ahead, || {
             for (p, v) in self.params.iter().zip(&self.velocity) {
-                let Some(mut g) = p.grad() else { continue };
+                let Some(mut g) = p.grad().filter(|_| p.requires_grad()) else { continue };
                 let value = p.get();
                 if self.weight_decay != 0.0 {
                     g = g.add(&value.mul_scalar(self.weight_decay)?)?;
@@ -90,6 +123,10 @@ impl Optimizer for Sgd {
     fn zero_grad(&self) {
         self.params.iter().for_each(Var::zero_grad);
     }
+
+    fn params(&self) -> &[Var] {
+        &self.params
+    }
 }
 
 /// Adam, and AdamW with decoupled weight decay (torch's `Adam` / `AdamW`), bias-corrected.
@@ -105,6 +142,8 @@ pub struct Adam {
     v: Vec<Var>,
     /// Steps taken, an f32 scalar on the device (so a compiled step counts too).
     t: Var,
+    /// The f32 master copy of each f16/bf16 parameter, with master weights on.
+    master: Vec<Option<Var>>,
     ahead: AheadMark,
 }
 
@@ -119,12 +158,39 @@ impl Adam {
     }
 
     fn build(params: Vec<Var>, lr: f64, weight_decay: f64, decoupled: bool) -> Result<Adam> {
+        let params = trainable(params);
+        let master = vec![None; params.len()];
         let m = params.iter().map(|p| zero_state(p, "exp_avg")).collect::<Result<_>>()?;
         let v = params.iter().map(|p| zero_state(p, "exp_avg_sq")).collect::<Result<_>>()?;
         let device = params.first().map(|p| p.get().device()).unwrap_or_else(crate::default_device);
         let t = Var::new("adam.step", Tensor::full_on(&[], 0.0, DType::F32, device)?);
         let ahead = AheadMark::new();
-        Ok(Adam { params, lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay, decoupled, m, v, t, ahead })
+        let betas = (0.9, 0.999);
+        Ok(Adam { params, lr, betas, eps: 1e-8, weight_decay, decoupled, m, v, t, master, ahead })
+    }
+
+    /// With f32 master weights: each f16/bf16 parameter gets an f32 copy (`<name>.master`)
+    /// that the steps update (with f32 moments, from the gradient cast to f32); the parameter
+    /// is set to it rounded once after each step. Other parameters are unchanged. A parameter
+    /// set from outside afterwards (weights loaded) needs a new optimizer.
+    pub fn with_master_weights(mut self) -> Result<Adam> {
+        for (i, p) in self.params.iter().enumerate() {
+            let value = p.current();
+            if !matches!(value.dtype(), DType::F16 | DType::BF16) {
+                continue;
+            }
+            let master = Var::new(format!("{}.master", p.name()), value.to_dtype(DType::F32)?);
+            self.m[i] = Var::new(format!("{}.exp_avg", p.name()), master.current().zeros_like()?);
+            self.v[i] = Var::new(format!("{}.exp_avg_sq", p.name()), master.current().zeros_like()?);
+            self.master[i] = Some(master);
+        }
+        Ok(self)
+    }
+
+    /// The f32 master copy of parameter `i` (with master weights on and a half-precision
+    /// parameter there).
+    pub fn master_weight(&self, i: usize) -> Option<&Var> {
+        self.master.get(i)?.as_ref()
     }
 
     /// Steps taken so far.
@@ -142,9 +208,15 @@ impl Optimizer for Adam {
         step_with("adam.step", &self.params, &self.ahead, || {
             let t = self.t.get().add_scalar(1.0)?;
             self.t.set(t.clone())?;
-            for ((p, m), v) in self.params.iter().zip(&self.m).zip(&self.v) {
-                let Some(mut g) = p.grad() else { continue };
-                let mut value = p.get();
+            for (((p, m), v), master) in self.params.iter().zip(&self.m).zip(&self.v).zip(&self.master) {
+                let Some(mut g) = p.grad().filter(|_| p.requires_grad()) else { continue };
+                let mut value = match master {
+                    Some(w) => {
+                        g = g.to_dtype(DType::F32)?;
+                        w.get()
+                    }
+                    None => p.get(),
+                };
                 let dt = value.dtype();
                 if self.weight_decay != 0.0 {
                     if self.decoupled {
@@ -163,7 +235,13 @@ impl Optimizer for Adam {
                 let c2 = Tensor::full_on(&[], b2, dt, tt.device())?.pow(&tt)?.neg()?.add_scalar(1.0)?;
                 let denom = v_new.div(&c2)?.sqrt()?.add_scalar(self.eps)?;
                 let update = m_new.div(&c1)?.div(&denom)?.mul_scalar(self.lr)?;
-                p.set(value.sub(&update)?)?;
+                let new = value.sub(&update)?;
+                if let Some(w) = master {
+                    p.set(new.to_dtype(p.get().dtype())?)?;
+                    w.set(new)?;
+                } else {
+                    p.set(new)?;
+                }
             }
             Ok(())
         })
@@ -171,5 +249,9 @@ impl Optimizer for Adam {
 
     fn zero_grad(&self) {
         self.params.iter().for_each(Var::zero_grad);
+    }
+
+    fn params(&self) -> &[Var] {
+        &self.params
     }
 }

@@ -3,6 +3,7 @@
 //! Inside a compiled function, reading a Var becomes an input of the compiled program and
 //! setting it an output, so the same step code runs eager or compiled.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
@@ -19,7 +20,13 @@ struct VarInner {
     name: String,
     /// Parameters are leaves that require gradients.
     parameter: bool,
+    /// A parameter frozen with [`Var::set_requires_grad`]`(false)`: its value is a leaf that
+    /// takes no gradient (none is computed or kept) and optimizers skip it.
+    frozen: AtomicBool,
     value: Mutex<Tensor>,
+    /// What a layer attached to this weight (a LoRA adapter: `nn::apply_lora`), typed by the
+    /// layer that reads it.
+    adapter: Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl Var {
@@ -29,7 +36,9 @@ impl Var {
             inner: Arc::new(VarInner {
                 name: name.into(),
                 parameter: false,
+                frozen: AtomicBool::new(false),
                 value: Mutex::new(value.detach()),
+                adapter: Mutex::new(None),
             }),
         }
     }
@@ -37,7 +46,31 @@ impl Var {
     /// A trainable parameter: its value is a leaf that requires gradients.
     pub fn parameter(name: impl Into<String>, value: Tensor) -> Result<Var> {
         let leaf = value.detach().set_requires_grad(true)?;
-        Ok(Var { inner: Arc::new(VarInner { name: name.into(), parameter: true, value: Mutex::new(leaf) }) })
+        let frozen = AtomicBool::new(false);
+        let (value, adapter) = (Mutex::new(leaf), Mutex::new(None));
+        Ok(Var { inner: Arc::new(VarInner { name: name.into(), parameter: true, frozen, value, adapter }) })
+    }
+
+    /// Freezes (`false`) or unfreezes a parameter, as torch's `p.requires_grad_(False)`: a
+    /// frozen parameter's value takes no gradient (backward computes and keeps none for it,
+    /// and its accumulated gradient is dropped) and optimizers skip it. An error for a Var
+    /// that is no parameter (state and buffers never take gradients).
+    pub fn set_requires_grad(&self, on: bool) -> Result<()> {
+        if !self.inner.parameter {
+            let msg =
+                format!("{} is not a parameter (made with Var::new): it takes no gradient", self.name());
+            return Err(crate::error::Error::invalid("Var::set_requires_grad", msg));
+        }
+        self.inner.frozen.store(!on, Ordering::Relaxed);
+        let value = self.current();
+        value.zero_grad();
+        self.set_current(value.detach().set_requires_grad(on)?);
+        Ok(())
+    }
+
+    /// Whether this is a parameter that takes gradients now (not frozen).
+    pub fn requires_grad(&self) -> bool {
+        self.inner.parameter && !self.inner.frozen.load(Ordering::Relaxed)
     }
 
     pub fn name(&self) -> &str {
@@ -65,7 +98,7 @@ impl Var {
     /// they retrace otherwise). A parameter's new value is a fresh leaf that keeps the
     /// accumulated gradient, as an in-place update in torch does.
     pub fn set(&self, value: Tensor) -> Result<()> {
-        let value = if self.inner.parameter {
+        let value = if self.requires_grad() {
             let grad = self.get().grad();
             let leaf = value.detach().set_requires_grad(true)?;
             if let Some(g) = grad {
@@ -95,6 +128,36 @@ impl Var {
         self.get().zero_grad()
     }
 
+    /// Replaces the accumulated gradient (torch's `p.grad = g`): what gradient clipping and
+    /// loss scaling write back. It must have the value's shape and dtype.
+    pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
+        let value = self.get();
+        if let Some(g) = &grad {
+            if !self.requires_grad() || g.spec() != value.spec() {
+                let msg = format!(
+                    "{} ({}{}) cannot take a gradient {}",
+                    self.name(),
+                    value.spec(),
+                    if self.requires_grad() { "" } else { ", takes no gradient" },
+                    g.spec()
+                );
+                return Err(crate::error::Error::invalid("Var::set_grad", msg));
+            }
+        }
+        value.set_grad(grad.map(|g| g.detach()));
+        Ok(())
+    }
+
+    /// What a layer attached to this Var, if it is a `T`.
+    pub(crate) fn adapter<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        lock(&self.inner.adapter).clone()?.downcast::<T>().ok()
+    }
+
+    /// Attaches `adapter` to this Var (`None` takes it off).
+    pub(crate) fn set_adapter(&self, adapter: Option<Arc<dyn std::any::Any + Send + Sync>>) {
+        *lock(&self.inner.adapter) = adapter;
+    }
+
     /// Identity of the slot.
     pub(crate) fn id(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize
@@ -110,7 +173,11 @@ impl std::fmt::Debug for Var {
             self.name(),
             v.spec(),
             v.device(),
-            if self.inner.parameter { ", parameter" } else { "" }
+            match (self.inner.parameter, self.requires_grad()) {
+                (true, true) => ", parameter",
+                (true, false) => ", parameter, frozen",
+                _ => "",
+            }
         )
     }
 }

@@ -1,13 +1,14 @@
 //! The library's layers have no back-edges: no module of `eager/src` names a module of a
 //! layer above its own (read from the source, comments aside). Bottom up, as the guide's map
-//! (docs/src/architecture.md): dtype, shape, device, shared → error, pjrt, plugin, memory → ops
-//! → cache, disk_cache, profiler, runtime → tensor, autograd, compile, var → nn, optim, io.
+//! (docs/src/architecture.md): dtype, shape, device, shared → error, pjrt, plugin, memory,
+//! autocast → ops → cache, disk_cache, profiler, runtime → tensor, autograd, compile, var → nn,
+//! optim, io.
 
 use std::path::Path;
 
 const LAYERS: &[&[&str]] = &[
     &["dtype", "shape", "device", "shared"],
-    &["error", "pjrt", "plugin", "memory"],
+    &["error", "pjrt", "plugin", "memory", "autocast"],
     &["ops"],
     &["cache", "disk_cache", "profiler", "runtime", "mesh"],
     &["tensor", "autograd", "compile", "var"],

@@ -1,5 +1,5 @@
 //! Convolution layers (torch's `nn.Conv2d`): weights `[out, in / groups, kh, kw]`, a bias per
-//! output channel.
+//! output channel. Autocast ([`crate::autocast`]): on the low-precision list, bias included.
 
 use super::{uniform, Module};
 use crate::dtype::DType;
@@ -61,7 +61,8 @@ impl Module for Conv2d {
         let w = self.weight.get();
         let y = batched.conv2d(&w, self.stride, self.padding.clone(), self.dilation, self.groups)?;
         let y = match &self.bias {
-            Some(b) => y.add(&b.get().reshape(&[-1, 1, 1])?)?,
+            // Under autocast the bias joins the convolution's low precision, as torch's.
+            Some(b) => y.add(&crate::ops::autocast_low(&b.get())?.reshape(&[-1, 1, 1])?)?,
             None => y,
         };
         if x.rank() == 3 {

@@ -1,4 +1,5 @@
-//! The fully connected layer, `y = x Wᵀ + b` (torch's `nn.Linear`).
+//! The fully connected layer, `y = x Wᵀ + b` (torch's `nn.Linear`). Autocast
+//! ([`crate::autocast`]): on the low-precision list, bias included, as torch's `linear`.
 
 use super::{uniform, Module};
 use crate::dtype::DType;
@@ -28,23 +29,35 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // torch's F.linear: one op, the product and the bias in one program.
-        crate::compile::fused_op("linear", || self.apply(x))
+        match self.lora() {
+            Some(adapter) => self.forward_adapted(x, &adapter),
+            None => self.forward_base(x),
+        }
     }
 
+    /// The weight and bias, and while a LoRA adapter is on the layer (`nn::apply_lora`) its
+    /// `lora_A.weight` and `lora_B.weight`.
     fn named_parameters(&self) -> Vec<(String, Var)> {
         let mut v = vec![("weight".to_string(), self.weight.clone())];
         if let Some(b) = &self.bias {
             v.push(("bias".to_string(), b.clone()));
         }
+        v.extend(self.lora_parameters());
         v
     }
 }
 
 impl Linear {
+    /// `x Wᵀ + b`, without any LoRA adapter.
+    pub(crate) fn forward_base(&self, x: &Tensor) -> Result<Tensor> {
+        // torch's F.linear: one op, the product and the bias in one program.
+        crate::compile::fused_op("linear", || self.apply(x))
+    }
+
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
         // x wᵀ as one op: the weight is read transposed, not transposed first. A batch of
         // rows [B, T, in] is one [B T, in] matrix, so the weight is not broadcast per batch.
+        let x = &crate::ops::autocast_low(x)?;
         let weighted = || {
             let w = self.weight.get();
             if x.rank() > 2 {
@@ -59,7 +72,9 @@ impl Linear {
         };
         match &self.bias {
             // torch's F.linear: one op, the bias added in the same program.
-            Some(b) => crate::compile::fused_op("linear", || weighted()?.add(&b.get())),
+            Some(b) => {
+                crate::compile::fused_op("linear", || weighted()?.add(&crate::ops::autocast_low(&b.get())?))
+            }
             None => weighted(),
         }
     }

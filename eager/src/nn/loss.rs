@@ -1,4 +1,5 @@
-//! Losses (torch's `F.cross_entropy`, `F.mse_loss` with mean reduction).
+//! Losses (torch's `F.cross_entropy`, `F.mse_loss` with mean reduction). Autocast
+//! ([`crate::autocast`]): both on the f32 list (half inputs cast up, the loss f32).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -35,6 +36,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
             return Err(Error::invalid("cross_entropy", msg));
         }
     }
+    let logits = &crate::ops::autocast_f32(logits)?;
     crate::compile::fused_op("cross_entropy", || {
         // Targets split over a mesh (a data-parallel batch) compare with the classes everywhere.
         let positions =
@@ -46,6 +48,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 
 /// Mean squared error.
 pub fn mse(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let (prediction, target) = (&crate::ops::autocast_f32(prediction)?, &crate::ops::autocast_f32(target)?);
     crate::compile::fused_op("mse", || {
         let d = prediction.sub(target)?;
         d.mul(&d)?.mean_all()

@@ -1,5 +1,8 @@
 //! Normalisation layers and functions: layer norm, RMS norm and batch norm (torch's
 //! `nn.LayerNorm`, `F.layer_norm`, `nn.RMSNorm`, `F.batch_norm`, `nn.BatchNorm2d`).
+//! f16 and bf16 inputs are normalised in f32 (statistics, scale and shift) and rounded once,
+//! as torch: within half an ulp of the exact result. Under [`crate::autocast`] they are on
+//! the f32 list (their result is f32, as torch's autocast gives).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -60,6 +63,7 @@ pub fn layer_norm(
         );
         return Err(Error::shape("layer_norm", msg));
     }
+    let x = &crate::ops::autocast_f32(x)?;
     crate::compile::fused_op("layer_norm", || {
         let dtype = x.dtype();
         let x32 = upcast(x)?;
@@ -68,29 +72,32 @@ pub fn layer_norm(
         let var = centered.square()?.mean(&over, true)?;
         let mut y = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
         if let Some(w) = weight {
-            y = y.mul(&upcast(w)?)?;
+            y = y.mul(&w.to_dtype(x32.dtype())?)?;
         }
         if let Some(b) = bias {
-            y = y.add(&upcast(b)?)?;
+            y = y.add(&b.to_dtype(x32.dtype())?)?;
         }
         y.to_dtype(dtype)
     })
 }
 
-/// Root-mean-square normalisation over the last dim, then `weight` scales (Llama's
-/// `LlamaRMSNorm`, torch's `F.rms_norm`): half precision is normalised in f32, cast back, and
-/// then scaled in its own dtype, as transformers does it.
+/// Root-mean-square normalisation over the last dim, then `weight` scales (torch's
+/// `F.rms_norm`, Llama's `LlamaRMSNorm`): half precision is normalised and scaled in f32 and
+/// rounded once, as torch's `F.rms_norm` (≤ 0.5 ulp; transformers' `LlamaRMSNorm` rounds
+/// before the scale too, so it can differ from this by one ulp).
 pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     let dim = x.shape().last().copied().unwrap_or(0);
     if let Some(w) = weight.filter(|w| w.shape() != [dim]) {
         let msg = format!("the weight must be [{dim}] for input {}, got {}", x.spec(), w.spec());
         return Err(Error::shape("rms_norm", msg));
     }
+    let x = &crate::ops::autocast_f32(x)?;
     crate::compile::fused_op("rms_norm", || {
-        let y = upcast(x)?.rms_norm(1, eps)?.to_dtype(x.dtype())?;
+        let x32 = upcast(x)?;
+        let y = x32.rms_norm(1, eps)?;
         match weight {
-            Some(w) => y.mul(&w.to_dtype(x.dtype())?),
-            None => Ok(y),
+            Some(w) => y.mul(&w.to_dtype(x32.dtype())?)?.to_dtype(x.dtype()),
+            None => y.to_dtype(x.dtype()),
         }
     })
 }
@@ -160,6 +167,12 @@ pub fn batch_norm(
     // Per-channel values broadcast against [N, C, 1, ...].
     let mut column = vec![1isize; shape.len()];
     column[1] = -1;
+    // Half precision is normalised in f32 and rounded once (as torch); the running statistics
+    // keep their own dtype (torch's are f32 beside a bf16 input too).
+    let x = crate::ops::autocast_f32(x)?;
+    let dtype = x.dtype();
+    let x = upcast(&x)?;
+    let compute = x.dtype();
     let normed = if training {
         let count: usize = shape.iter().enumerate().filter(|&(d, _)| d != 1).map(|(_, &s)| s).product();
         if count < 2 {
@@ -172,24 +185,27 @@ pub fn batch_norm(
         let var = centered.square()?.mean(&over, true)?;
         let unbiased = var.mul_scalar(count as f64 / (count - 1) as f64)?.reshape(&[-1])?;
         let blend = |old: &Var, batch: &Tensor| -> Result<()> {
-            old.set(old.get().mul_scalar(1.0 - momentum)?.add(&batch.detach().mul_scalar(momentum)?)?)
+            let old_value = old.get();
+            let batch = batch.detach().to_dtype(old_value.dtype())?;
+            old.set(old_value.mul_scalar(1.0 - momentum)?.add(&batch.mul_scalar(momentum)?)?)
         };
         blend(running_mean, &mean.reshape(&[-1])?)?;
         blend(running_var, &unbiased)?;
         centered.mul(&var.add_scalar(eps)?.rsqrt()?)?
     } else {
-        let mean = stats.reshape(&column)?;
-        let inv = running_var.get().add_scalar(eps)?.rsqrt()?.reshape(&column)?;
+        let mean = stats.to_dtype(compute)?.reshape(&column)?;
+        let inv = running_var.get().to_dtype(compute)?.add_scalar(eps)?.rsqrt()?.reshape(&column)?;
         x.sub(&mean)?.mul(&inv)?
     };
     let scaled = match weight {
-        Some(w) => normed.mul(&w.reshape(&column)?)?,
+        Some(w) => normed.mul(&w.to_dtype(compute)?.reshape(&column)?)?,
         None => normed,
     };
-    match bias {
-        Some(b) => scaled.add(&b.reshape(&column)?),
-        None => Ok(scaled),
-    }
+    let shifted = match bias {
+        Some(b) => scaled.add(&b.to_dtype(compute)?.reshape(&column)?)?,
+        None => scaled,
+    };
+    shifted.to_dtype(dtype)
 }
 
 /// Batch normalisation of `[N, C, H, W]` images, as torch's `nn.BatchNorm2d`: a learned scale

@@ -54,7 +54,10 @@ pub fn scaled_dot_product_attention(
         let msg = format!("dropout must be in [0, 1), got {}", opts.dropout);
         return Err(Error::invalid("scaled_dot_product_attention", msg));
     }
-    // One program, as torch's user-level ops are (see compile::fused_op).
+    // Autocast's low-precision list (torch's), then one program, as torch's user-level ops
+    // are (see compile::fused_op).
+    let (q, k, v) =
+        (&crate::ops::autocast_low(q)?, &crate::ops::autocast_low(k)?, &crate::ops::autocast_low(v)?);
     crate::compile::fused_op("attention", || {
         let (k, v) = (repeat_kv(k, q.shape()[rank - 3])?, repeat_kv(v, q.shape()[rank - 3])?);
         let d = q.shape()[rank - 1];

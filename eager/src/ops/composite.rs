@@ -1,6 +1,11 @@
 //! Ops written once on the primitives, with no definition of their own: each runs as the ops it
 //! is made of (so gradients, the cache and the profiler see those). As tinygrad's mixin.
+//!
+//! Autocast ([`crate::autocast`]): softmax, log_softmax, rms_norm and group_norm are on the f32
+//! list (half inputs cast up, result f32); attention is on the low-precision list (q, k, v cast
+//! to the autocast dtype); the others run as the ops they are made of.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 use super::create::CreateOps;
@@ -13,26 +18,30 @@ use super::Operand;
 
 /// The composite ops, built on any [`Operand`] (the `Tensor` methods of the same names).
 pub(crate) trait CompositeOps: Operand {
-    /// `exp(x - max) / sum(exp(x - max))` along `dim`.
+    /// `exp(x - max) / sum(exp(x - max))` along `dim`; f16/bf16 in f32, rounded once.
     fn softmax(&self, dim: isize) -> Result<Self> {
         let d = self.dim("softmax", dim)?;
         if self.shape_of()[d] == 0 {
             return Ok(self.clone()); // nothing to normalise (and an empty dim has no max)
         }
-        let shifted = self.sub(&self.max(&[dim], true)?)?;
-        let e = shifted.exp()?;
-        e.div(&e.sum(&[dim], true)?)
+        in_f32(&super::autocast_f32(self)?, |x| {
+            let shifted = x.sub(&x.max(&[dim], true)?)?;
+            let e = shifted.exp()?;
+            e.div(&e.sum(&[dim], true)?)
+        })
     }
 
-    /// `x - max - log(sum(exp(x - max)))` along `dim`.
+    /// `x - max - log(sum(exp(x - max)))` along `dim`; f16/bf16 in f32, rounded once.
     fn log_softmax(&self, dim: isize) -> Result<Self> {
         let d = self.dim("log_softmax", dim)?;
         if self.shape_of()[d] == 0 {
             return Ok(self.clone());
         }
-        let shifted = self.sub(&self.max(&[dim], true)?)?;
-        let lse = shifted.exp()?.sum(&[dim], true)?.log()?;
-        shifted.sub(&lse)
+        in_f32(&super::autocast_f32(self)?, |x| {
+            let shifted = x.sub(&x.max(&[dim], true)?)?;
+            let lse = shifted.exp()?.sum(&[dim], true)?.log()?;
+            shifted.sub(&lse)
+        })
     }
 
     /// `value` where `mask` is true, else `x` (`where(mask, value, x)`).
@@ -50,7 +59,9 @@ pub(crate) trait CompositeOps: Operand {
             return Err(Error::invalid("rms_norm", msg));
         }
         let over: Vec<isize> = (rank - dims..rank).map(|d| d as isize).collect();
-        self.mul(&self.square()?.mean(&over, true)?.add_scalar(eps)?.rsqrt()?)
+        in_f32(&super::autocast_f32(self)?, |x| {
+            x.mul(&x.square()?.mean(&over, true)?.add_scalar(eps)?.rsqrt()?)
+        })
     }
 
     /// Each of `groups` groups of channels (dim 1 of `[N, C, ...]`) normalised to mean 0 and
@@ -64,12 +75,14 @@ pub(crate) trait CompositeOps: Operand {
             );
             return Err(Error::invalid("group_norm", msg));
         }
-        let grouped = self.reshape(&[shape[0] as isize, groups as isize, -1])?;
-        let mean = grouped.mean(&[2], true)?;
-        let centered = grouped.sub(&mean)?;
-        let var = centered.square()?.mean(&[2], true)?;
-        let normed = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
-        normed.reshape(&super::signed(&shape))
+        in_f32(&super::autocast_f32(self)?, |x| {
+            let grouped = x.reshape(&[shape[0] as isize, groups as isize, -1])?;
+            let mean = grouped.mean(&[2], true)?;
+            let centered = grouped.sub(&mean)?;
+            let var = centered.square()?.mean(&[2], true)?;
+            let normed = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+            normed.reshape(&super::signed(&shape))
+        })
     }
 
     /// `softmax(q kᵀ / √d + mask) v` over `[..., L, d]` queries and `[..., S, d]` keys and
@@ -83,7 +96,8 @@ pub(crate) trait CompositeOps: Operand {
         mask: Option<&Self>,
         causal: bool,
     ) -> Result<Self> {
-        let (q, rank) = (self, self.rank_of());
+        let (q, k, v) = (&super::autocast_low(self)?, &super::autocast_low(k)?, &super::autocast_low(v)?);
+        let rank = q.rank_of();
         if rank < 2 || k.rank_of() < 2 || v.rank_of() < 2 {
             let msg = format!(
                 "needs [..., L, d] queries, keys and values, got {}, {} and {}",
@@ -158,3 +172,13 @@ pub(crate) trait CompositeOps: Operand {
 }
 
 impl<T: Operand> CompositeOps for T {}
+
+/// `f` on `x` computed in f32 when `x` is f16 or bf16, its result rounded once back to the
+/// half type (as torch computes softmax and the norms: statistics that each round in half
+/// precision drift by several ulps); `f` on `x` itself for other dtypes.
+pub(crate) fn in_f32<S: Operand>(x: &S, f: impl FnOnce(&S) -> Result<S>) -> Result<S> {
+    match x.dtype_of() {
+        DType::F16 | DType::BF16 => f(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype_of()),
+        _ => f(x),
+    }
+}

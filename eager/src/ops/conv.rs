@@ -3,6 +3,9 @@
 //! ranks 3 and 4). f16 and bf16 convolutions accumulate in f32 and round once. Also `flip`
 //! (`stablehlo.reverse`), which the input gradient needs.
 //!
+//! Autocast ([`crate::autocast`]): convolutions (conv1d, conv2d, conv_transpose2d) are on the
+//! low-precision list, as torch's; `flip` keeps its input's dtype.
+//!
 //! Gradients (for a convolution with stride `s`, padding `(lo, hi)`, dilation `d`, groups `G`):
 //! - input: the convolution of `g` dilated by `s` (`lhs_dilation`) with the weight flipped in
 //!   its spatial dims and with in/out channels swapped per group, padded by
@@ -66,6 +69,9 @@ impl Conv {
 }
 
 impl OpDef for Conv {
+    fn autocast_list(&self) -> super::AutocastList {
+        super::AutocastList::Low
+    }
     fn name(&self) -> &'static str {
         if self.stride.len() == 1 {
             "conv1d"

@@ -1,6 +1,11 @@
 //! Elementwise ops: unary (`exp`, `relu`, …), binary arithmetic (broadcasting), comparisons,
 //! `where` and dtype casts. The unary, binary and comparison ops are stamped from one table
 //! each: variant, name, the StableHLO op it lowers to, and the dtypes it takes.
+//!
+//! Autocast lists ([`crate::autocast`]): `exp`, `log`, `log1p`, `expm1`, `rsqrt` and `pow` on
+//! the f32 list (they lose most in half precision; torch's list); the other binary ops,
+//! comparisons and `where` promote mixed float inputs to the widest; the rest keep their
+//! input's dtype, casts included (a cast is what autocast inserts).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -10,8 +15,8 @@ use super::create::CreateOps;
 use super::emit::{Emitter, Value};
 use super::reduce::ReduceOps;
 use super::{
-    broadcast, broadcast_sources, check_arity, none, one, same_dtype, Accepts, DimSources, Grads, Op, OpDef,
-    Operand,
+    broadcast, broadcast_sources, check_arity, none, one, same_dtype, Accepts, AutocastList, DimSources,
+    Grads, Op, OpDef, Operand,
 };
 
 /// Defines an enum of elementwise ops from one table: variant, user-facing name, how it
@@ -93,6 +98,12 @@ elementwise!(
 });
 
 impl OpDef for Unary {
+    fn autocast_list(&self) -> AutocastList {
+        match self {
+            Unary::Exp | Unary::Log | Unary::Log1p | Unary::Expm1 | Unary::Rsqrt => AutocastList::F32,
+            _ => AutocastList::Keep,
+        }
+    }
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
         broadcast_sources(inputs, output)
     }
@@ -148,6 +159,12 @@ impl OpDef for Unary {
 }
 
 impl OpDef for Binary {
+    fn autocast_list(&self) -> AutocastList {
+        match self {
+            Binary::Pow => AutocastList::F32,
+            _ => AutocastList::Promote,
+        }
+    }
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
         broadcast_sources(inputs, output)
     }
@@ -210,6 +227,9 @@ impl OpDef for Binary {
 }
 
 impl OpDef for Compare {
+    fn autocast_list(&self) -> AutocastList {
+        AutocastList::Promote
+    }
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
         broadcast_sources(inputs, output)
     }
@@ -238,6 +258,9 @@ impl OpDef for Compare {
 pub struct Where;
 
 impl OpDef for Where {
+    fn autocast_list(&self) -> AutocastList {
+        AutocastList::Promote
+    }
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
         broadcast_sources(inputs, output)
     }

@@ -2,6 +2,9 @@
 //! promotion of 1-D operands. f16 and bf16 products accumulate in f32 and round once. Either
 //! operand may be read transposed (`dot_general` contracts any dim), so `x @ wᵀ` (a Linear),
 //! `q @ kᵀ` (attention) and the products of matmul's own gradient are one op, not two.
+//!
+//! Autocast ([`crate::autocast`]): on the low-precision list, as torch's `matmul`: f32 inputs
+//! are cast to the autocast dtype (and still accumulate in f32).
 
 use crate::error::{Error, Result};
 use crate::shape::{Shape, Spec};
@@ -38,6 +41,9 @@ impl Matmul {
 }
 
 impl OpDef for Matmul {
+    fn autocast_list(&self) -> super::AutocastList {
+        super::AutocastList::Low
+    }
     /// Batch dims run along both operands' (broadcast), rows along the left one's, columns
     /// along the right one's; the contracted dim along none.
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {

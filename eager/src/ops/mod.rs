@@ -37,6 +37,7 @@ pub(crate) use call::ValueDef;
 pub use call::{Call, Program};
 pub use conv::{Conv, Flip, Padding};
 pub use create::{Arange, Eye, Fill};
+use elementwise::ElementwiseOps;
 pub use elementwise::{Binary, Cast, Compare, Triangle, Unary, Where};
 pub(crate) use emit::Emitter;
 use emit::Value;
@@ -102,6 +103,74 @@ pub(crate) trait OpDef {
     /// [`Shard`]): they win over [`OpDef::dim_sources`].
     fn result_axes(&self) -> Option<&[Vec<String>]> {
         None
+    }
+    /// Which [`crate::autocast`] list the op is on (each family file says why): by default
+    /// none, it runs in its inputs' dtype.
+    fn autocast_list(&self) -> AutocastList {
+        AutocastList::Keep
+    }
+}
+
+/// The lists of [`crate::autocast`], as torch's autocast has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutocastList {
+    /// Runs in the autocast dtype (f32, f16 and bf16 inputs cast to it; f64 kept).
+    Low,
+    /// Runs in f32 (f16 and bf16 inputs cast up).
+    F32,
+    /// Floating inputs of different dtypes are cast to the widest of them.
+    Promote,
+    /// Runs in its inputs' dtype.
+    Keep,
+}
+
+/// `inputs` cast as `list` says under autocast to `low`, or `None` when none needs a cast
+/// (so applying it twice casts nothing the second time).
+pub(crate) fn autocast_inputs<T: Operand>(
+    list: AutocastList,
+    low: DType,
+    inputs: &[&T],
+) -> Result<Option<SmallVec<[T; 3]>>> {
+    let (target, eligible): (DType, fn(DType) -> bool) = match list {
+        AutocastList::Keep => return Ok(None),
+        AutocastList::Low => (low, |d| matches!(d, DType::F16 | DType::BF16 | DType::F32)),
+        AutocastList::F32 => (DType::F32, |d| matches!(d, DType::F16 | DType::BF16)),
+        AutocastList::Promote => {
+            let floats: SmallVec<[DType; 3]> =
+                inputs.iter().map(|t| t.dtype_of()).filter(|d| d.is_float()).collect();
+            if floats.windows(2).all(|w| w[0] == w[1]) {
+                return Ok(None);
+            }
+            // f16 beside bf16 meet in f32, as torch's promotion.
+            let widest = if floats.contains(&DType::F64) { DType::F64 } else { DType::F32 };
+            (widest, |d| d.is_float())
+        }
+    };
+    if !inputs.iter().any(|t| eligible(t.dtype_of()) && t.dtype_of() != target) {
+        return Ok(None);
+    }
+    let cast = inputs
+        .iter()
+        .map(|t| if eligible(t.dtype_of()) { t.to_dtype(target) } else { Ok((*t).clone()) })
+        .collect::<Result<_>>()?;
+    Ok(Some(cast))
+}
+
+/// `x` as an op of autocast's f32 list takes it: f32 for f16/bf16 while autocast is on, else
+/// itself (for ops made of others: softmax, the norms, the losses).
+pub(crate) fn autocast_f32<T: Operand>(x: &T) -> Result<T> {
+    match crate::autocast::autocast_dtype() {
+        Some(_) if matches!(x.dtype_of(), DType::F16 | DType::BF16) => x.to_dtype(DType::F32),
+        _ => Ok(x.clone()),
+    }
+}
+
+/// `x` as an op of autocast's low-precision list takes it: in the autocast dtype while
+/// autocast is on (from f32, f16 or bf16), else itself (linear's bias, attention's inputs).
+pub(crate) fn autocast_low<T: Operand>(x: &T) -> Result<T> {
+    match crate::autocast::autocast_dtype() {
+        Some(low) if matches!(x.dtype_of(), DType::F16 | DType::BF16 | DType::F32) => x.to_dtype(low),
+        _ => Ok(x.clone()),
     }
 }
 
@@ -186,6 +255,10 @@ macro_rules! ops {
             /// The result's split, when the op fixes it (see `OpDef::result_axes`).
             pub fn result_axes(&self) -> Option<&[Vec<String>]> {
                 match self { $(Op::$variant(o) => o.result_axes(),)* }
+            }
+            /// Which autocast list the op is on (see [`OpDef::autocast_list`]).
+            pub fn autocast_list(&self) -> AutocastList {
+                match self { $(Op::$variant(o) => o.autocast_list(),)* }
             }
         }
     };

@@ -1,5 +1,8 @@
 //! Ops that move elements without computing: reshape, permute, broadcast, strided slice, pad
 //! (the transpose of a strided slice) and concatenation.
+//!
+//! Autocast ([`crate::autocast`]): `cat` promotes mixed float inputs to the widest (torch's
+//! promote list); the others keep their input's dtype.
 
 use crate::error::{Error, Result};
 use crate::shape::{broadcasts_to, resolve_dim, Shape, Spec};
@@ -270,6 +273,9 @@ pub struct Concat {
 }
 
 impl OpDef for Concat {
+    fn autocast_list(&self) -> super::AutocastList {
+        super::AutocastList::Promote
+    }
     fn name(&self) -> &'static str {
         "concat"
     }

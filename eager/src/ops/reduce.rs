@@ -1,6 +1,9 @@
 //! Reductions over dims: sum, mean, max, min (NaN propagates, as in torch) and the index of
 //! the max or min (the first on ties; NaN counts as the extreme). f16 and bf16 sums and means
 //! accumulate in f32 and round once.
+//!
+//! Autocast ([`crate::autocast`]): sum and mean are on the f32 list (their result is f32, as
+//! torch's autocast gives); max, min and the arg reductions keep their input's dtype.
 
 use std::fmt::Write as _;
 
@@ -33,6 +36,12 @@ pub struct Reduce {
 }
 
 impl OpDef for Reduce {
+    fn autocast_list(&self) -> super::AutocastList {
+        match self.kind {
+            ReduceKind::Sum | ReduceKind::Mean => super::AutocastList::F32,
+            _ => super::AutocastList::Keep,
+        }
+    }
     /// Kept dims run along the input's; reduced ones (kept with size 1) along nothing.
     fn dim_sources(&self, inputs: &[Spec], _output: &Spec) -> DimSources {
         let kept = (0..inputs[0].rank()).filter(|d| self.keepdim || !self.dims.contains(d));

@@ -1,6 +1,8 @@
 //! Scans: running sums and products along a dim (`cumsum`, `cumprod`), each element the
 //! reduction of the window of elements up to it (`stablehlo.reduce_window`). f16 and bf16
 //! accumulate in f32 and round once per element.
+//!
+//! Autocast ([`crate::autocast`]): cumsum and cumprod are on the f32 list, as torch's.
 
 use crate::error::{Error, Result};
 use crate::shape::Spec;
@@ -26,6 +28,9 @@ pub struct Scan {
 }
 
 impl OpDef for Scan {
+    fn autocast_list(&self) -> super::AutocastList {
+        super::AutocastList::F32
+    }
     fn name(&self) -> &'static str {
         match self.kind {
             ScanKind::Sum => "cumsum",

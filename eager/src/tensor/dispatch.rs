@@ -22,6 +22,14 @@ use super::Tensor;
 /// wait for it). Inside a compiled function being traced, records the op instead; with inputs
 /// that track gradients, records its autograd node. `device` places an op without inputs.
 pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
+    // Autocast: the inputs cast as the op's list says (the casts are ops of their own, with
+    // gradients), then the op on them; what a trace or a fused region records includes them.
+    if let Some(low) = crate::autocast::autocast_dtype() {
+        if let Some(cast) = crate::ops::autocast_inputs(op.autocast_list(), low, inputs)? {
+            let refs: SmallVec<[&Tensor; 3]> = cast.iter().collect();
+            return dispatch(op, &refs, device);
+        }
+    }
     if inputs.iter().any(|t| t.trace_ref().is_some()) {
         return crate::compile::record_op(op, inputs);
     }

@@ -106,3 +106,35 @@ pub fn host_least_squares(
     }
     (loss, grad)
 }
+
+/// torch's answer to `request` from `tests/reference/amp_reference.py` (python3 with torch,
+/// from `tests/requirements-models.txt`; `EAGER_PYTHON` names another interpreter).
+pub fn torch_reference(request: &serde_json::Value) -> serde_json::Value {
+    use std::io::Write;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/amp_reference.py");
+    let python = std::env::var("EAGER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut child = std::process::Command::new(&python)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the torch reference failed (install torch: python3 -m pip install -r tests/requirements-models.txt):\n{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the reference answers JSON");
+    v["result"].clone()
+}
+
+/// A number of a torch reference answer (non-finite ones come as "nan", "inf", "-inf").
+pub fn json_f64(v: &serde_json::Value) -> f64 {
+    match v {
+        serde_json::Value::String(s) => s.parse().expect("nan or inf"),
+        v => v.as_f64().expect("a number"),
+    }
+}

@@ -237,6 +237,21 @@ def compute(op, a, x):
     if op == "rms_norm":
         axes = tuple(range(x[0].ndim - a["dims"], x[0].ndim))
         return x[0] / np.sqrt(np.mean(x[0] * x[0], axis=axes, keepdims=True) + x[0].dtype.type(1e-5))
+    if op == "rms_norm_w":
+        return x[0] / np.sqrt(np.mean(x[0] * x[0], axis=-1, keepdims=True) + 1e-5) * x[1]
+    if op == "layer_norm":
+        mean = x[0].mean(axis=-1, keepdims=True)
+        var = ((x[0] - mean) ** 2).mean(axis=-1, keepdims=True)
+        return (x[0] - mean) / np.sqrt(var + 1e-5) * x[1] + x[2]
+    if op == "batch_norm":
+        col = (1, -1) + (1,) * (x[0].ndim - 2)
+        over = tuple(d for d in range(x[0].ndim) if d != 1)
+        if a["training"]:
+            mean = x[0].mean(axis=over, keepdims=True)
+            var = ((x[0] - mean) ** 2).mean(axis=over, keepdims=True)
+        else:
+            mean, var = x[3].reshape(col), x[4].reshape(col)
+        return (x[0] - mean) / np.sqrt(var + 1e-5) * x[1].reshape(col) + x[2].reshape(col)
     if op == "group_norm":
         n, c = x[0].shape[:2]
         g = x[0].reshape(n, a["groups"], -1)
@@ -387,6 +402,9 @@ def main():
     results = {}
     for c in cases:
         x = [load(d, s) for s in c["inputs"]]
+        if c.get("attrs", {}).get("f64"):
+            # Against the exact result: every float input in float64.
+            x = [v.astype(np.float64) if v.dtype.kind == "f" else v for v in x]
         try:
             with np.errstate(all="ignore"):
                 r = compute(c["op"], c.get("attrs", {}), x)
