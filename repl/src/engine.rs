@@ -23,6 +23,8 @@ pub trait Engine: Send {
     fn hover(&mut self, src: &str, pos: usize) -> Option<String>;
     /// A handle that interrupts the running cell from another thread.
     fn interrupter(&self) -> Interrupter;
+    /// Numbers the next cell (a kernel's execution count), as profiles and timelines name it.
+    fn set_cell_number(&mut self, n: u64);
 }
 
 impl Engine for Session {
@@ -37,6 +39,9 @@ impl Engine for Session {
     }
     fn interrupter(&self) -> Interrupter {
         Session::interrupter(self)
+    }
+    fn set_cell_number(&mut self, n: u64) {
+        Session::set_cell_number(self, n)
     }
 }
 

@@ -40,6 +40,8 @@ pub(crate) enum Request {
         src: String,
         pos: usize,
     },
+    /// Numbers the next cell; no reply.
+    CellNumber(u64),
     /// Answered at once, while a cell runs.
     Interrupt,
     Kill,
@@ -256,5 +258,8 @@ impl Engine for RemoteSession {
     }
     fn interrupter(&self) -> Interrupter {
         Interrupter::remote(self.writer.clone())
+    }
+    fn set_cell_number(&mut self, n: u64) {
+        let _ = send_line(&self.writer, &Request::CellNumber(n));
     }
 }

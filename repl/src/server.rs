@@ -305,6 +305,10 @@ fn serve_one(socket: &Path) -> Result<()> {
                 Reply::Complete(start, list)
             }
             Request::Hover { src, pos } => Reply::Hover(Engine::hover(&mut session, &src, pos)),
+            Request::CellNumber(n) => {
+                session.set_cell_number(n);
+                continue;
+            }
             Request::Hello { .. } | Request::Interrupt | Request::Kill => continue,
         };
         if send_line(&out, &reply).is_err() {

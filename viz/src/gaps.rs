@@ -18,11 +18,14 @@ pub const IDLE_GAP_SHARE: f64 = 0.1;
 /// A stretch of the profile's window, on the profiler's clock, in which no dispatch ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleGap {
+    /// Where the stretch starts (the last dispatch before it ended here).
     pub from_ns: u64,
+    /// Where it ends (the next dispatch started here).
     pub to_ns: u64,
 }
 
 impl IdleGap {
+    /// The stretch's length.
     pub fn len_ns(&self) -> u64 {
         self.to_ns - self.from_ns
     }

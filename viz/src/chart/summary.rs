@@ -9,8 +9,11 @@ use crate::units::{duration, value};
 /// A run's figures, as the comparison's text, table and captions state them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSummary {
+    /// The run's name, as given to [`crate::compare`].
     pub name: String,
+    /// Op dispatches (each an executable run: a one-op program, a fused region or a compiled function).
     pub op_dispatches: u64,
+    /// Host↔device and device↔device transfers.
     pub transfers: u64,
     /// Distinct executables the ops ran: op, attributes, input specs and device.
     pub executables: u64,
@@ -20,7 +23,9 @@ pub struct RunSummary {
     pub load_ns: u64,
     /// Device time executing ops.
     pub execute_ns: u64,
+    /// Time transferring.
     pub transfer_ns: u64,
+    /// The run's window, first dispatch to last completion.
     pub wall_ns: u64,
     /// The op (with its attributes) dispatched most often, and how often.
     pub most_dispatched: Option<(String, u64)>,
