@@ -102,6 +102,19 @@ fn handle(req: &Value) -> Result<Value, String> {
             }
             json!({ "fused": eager::fused_mode() })
         }
+        "autocast" => {
+            let set = match req["dtype"].as_str() {
+                None => None,
+                Some("off") => Some(None),
+                Some("bf16") => Some(Some(eager::DType::BF16)),
+                Some("f16") => Some(Some(eager::DType::F16)),
+                Some(other) => return Err(format!("autocast: no dtype {other:?} (bf16, f16 or off)")),
+            };
+            if let Some(d) = set {
+                eager::set_autocast(d).map_err(|e| e.to_string())?;
+            }
+            json!({ "dtype": eager::autocast_dtype().map(|d| d.to_string()) })
+        }
         "end_region" => {
             eager::end_fused_region();
             json!({ "ok": true })

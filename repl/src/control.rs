@@ -105,6 +105,12 @@ impl Control {
         Ok(v["fused"].as_bool().unwrap_or(false))
     }
 
+    /// The session-wide autocast dtype (`bf16`, `f16`), set first when `set` says (`off` too).
+    pub fn autocast(&mut self, set: Option<&str>) -> Result<Option<String>> {
+        let v = self.call(json!({"op": "autocast", "dtype": set}))?;
+        Ok(v["dtype"].as_str().map(String::from))
+    }
+
     /// Runs what fused mode recorded in the cell that just ended.
     pub fn end_region(&mut self) -> Result<()> {
         self.call(json!({"op": "end_region"})).map(drop)

@@ -13,6 +13,8 @@ pub enum MetaCommand {
     Mesh,
     /// Show fused mode (`None`) or turn it on or off.
     Mode(Option<bool>),
+    /// Show the session's autocast (`None`) or set it: `bf16`, `f16` or `off`.
+    Autocast(Option<String>),
     /// `:memory` (live tensors and the peak), `:memory reset` (the peak starts again).
     Memory {
         reset: bool,
@@ -42,6 +44,10 @@ pub const META_NAMES: &[&str] = &[
     ":mode",
     ":mode fused",
     ":mode eager",
+    ":autocast",
+    ":autocast bf16",
+    ":autocast f16",
+    ":autocast off",
     ":profile",
     ":profile session",
     ":timeline",
@@ -65,6 +71,7 @@ eager commands:
   :device cpu|tpu|cuda   set the default device (also cpu:1, tpu:0, …)
   :mesh                  the mesh in use (the last Mesh made) as a grid of its devices
   :mode [fused|eager]    fused: each cell's ops run as one program at its first read or its end
+  :autocast [bf16|f16|off]  matmuls, convolutions and attention in bf16/f16, the rest in f32 (torch.autocast)
   :profile               per-op table of the last cell (:profile session for all cells)
   :timeline [FILE]       timeline chart of the last cell to a .png or .svg file (default eager-timeline.png)
   :trace FILE            the session's dispatches as a Perfetto / chrome://tracing JSON file
@@ -92,6 +99,11 @@ impl MetaCommand {
             (":mode", Some("eager")) => MetaCommand::Mode(Some(false)),
             (":mode", Some(other)) => {
                 return Some(Err(format!(":mode takes `fused` or `eager`, not {other:?}")))
+            }
+            (":autocast", None) => MetaCommand::Autocast(None),
+            (":autocast", Some(d @ ("bf16" | "f16" | "off"))) => MetaCommand::Autocast(Some(d.to_string())),
+            (":autocast", Some(other)) => {
+                return Some(Err(format!(":autocast takes `bf16`, `f16` or `off`, not {other:?}")))
             }
             (":device", Some(d)) => MetaCommand::Device(d.to_string()),
             (":device", None) => {
@@ -145,6 +157,12 @@ mod tests {
         assert_eq!(MetaCommand::parse(":cache clear --disk"), Some(Ok(CacheClear { disk: true })));
         assert!(matches!(MetaCommand::parse(":cache clear --all"), Some(Err(_))));
         assert!(matches!(MetaCommand::parse(":trace"), Some(Err(_))));
+        assert_eq!(
+            MetaCommand::parse(":autocast bf16"),
+            Some(Ok(MetaCommand::Autocast(Some("bf16".into()))))
+        );
+        assert_eq!(MetaCommand::parse(":autocast"), Some(Ok(MetaCommand::Autocast(None))));
+        assert!(matches!(MetaCommand::parse(":autocast f32"), Some(Err(_))));
         assert_eq!(MetaCommand::parse(":dep foo = \"1\""), None);
         assert_eq!(MetaCommand::parse(":help evcxr"), None);
         assert_eq!(MetaCommand::parse("let x = 1;"), None);

@@ -418,6 +418,13 @@ impl Session {
                 };
                 vec![Output::text(text)]
             }
+            MetaCommand::Autocast(set) => {
+                let text = match self.control()?.autocast(set.as_deref())? {
+                    Some(d) => format!("autocast {d}: matmul, linear, convolutions and attention run in {d} (f32 accumulation); softmax, norms, losses, exp/log/pow, sums and means in f32"),
+                    None => "autocast off: each op runs in its inputs' dtype".to_string(),
+                };
+                vec![Output::text(text)]
+            }
             MetaCommand::Memory { reset } => {
                 let (snapshot, device, stats) = self.control()?.memory(reset)?;
                 let mut text = snapshot.summary(8);

@@ -394,3 +394,22 @@ def test_a_notebook_stops_at_a_failing_cell(tmp_path):
         client.execute()
     assert "ShapeError" in str(failed.value)
     assert not marker.exists(), "nbclient ran on past the failing cell"
+
+
+def test_autocast_meta_command_sets_the_session_policy(kernel):
+    km, kc = kernel
+    content, outputs = run(kc, ":autocast bf16")
+    assert content["status"] == "ok", content
+    text = "".join(m["content"].get("data", {}).get("text/plain", "") for m in outputs if m["msg_type"] == "display_data")
+    assert "autocast bf16" in text, outputs
+    code = "Tensor::ones(&[2, 2], DType::F32)?.matmul(&Tensor::ones(&[2, 2], DType::F32)?)?.dtype()"
+    content, outputs = run(kc, code)
+    assert content["status"] == "ok", content
+    assert results(outputs) == ["BF16"], outputs
+    # Sums run in f32 under autocast, whatever their input.
+    content, outputs = run(kc, "Tensor::ones(&[2], DType::BF16)?.sum_all()?.dtype()")
+    assert results(outputs) == ["F32"], outputs
+    content, outputs = run(kc, ":autocast off")
+    assert content["status"] == "ok", content
+    content, outputs = run(kc, code)
+    assert results(outputs) == ["F32"], outputs
