@@ -70,7 +70,7 @@ fn a_session_in_a_terminal() {
     let later_cell = t.elapsed();
     cell(&mut p, ":profile", "cache: 2 hits, 0 misses");
     // The session's profile still holds the first cell's events: exp ran twice, compiled once.
-    cell(&mut p, ":profile session", r"exp\s+f32\[3\]\s+2\s+1\s");
+    cell(&mut p, ":profile session", r"exp\s+f32\[3\]\s+cpu:0\s+2\s+1\s");
 
     // One runtime (one PJRT client) for the whole session, whatever cell asks.
     let client =
