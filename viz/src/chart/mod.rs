@@ -181,7 +181,9 @@ pub(crate) fn svg<D: Drawing>(view: &D, width: u32, height: u32) -> Result<Strin
         let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
         draw(view, &root, (width, height))?;
     }
-    Ok(svg)
+    // Lets a renderer that applies the SVG's own style (a web page, an inline viewer) shrink a
+    // chart wider than its container, proportions kept by the viewBox; JupyterLab scrolls it.
+    Ok(svg.replacen("<svg ", "<svg style=\"max-width: 100%; height: auto\" ", 1))
 }
 
 /// `view` as PNG bytes of `width` x `height` pixels (RGB, 8 bits).
