@@ -62,7 +62,11 @@ fn train(
         assert_eq!(l.dtype(), DType::F32, "step {k}: the loss is f32");
         l.backward()?;
         for (name, p) in params {
-            assert_eq!(p.grad().expect("every parameter has a gradient").dtype(), DType::F32, "{name}'s gradient");
+            assert_eq!(
+                p.grad().expect("every parameter has a gradient").dtype(),
+                DType::F32,
+                "{name}'s gradient"
+            );
         }
         opt.step()?;
         opt.zero_grad();
@@ -75,32 +79,33 @@ fn train(
 }
 
 /// torch's 20 steps from the parameters' present values and the batches `x`, `y`
-/// (`[steps, ...]`), under bf16 autocast or not; `opt` gives the optimizer's settings.
-fn torch_run(
+/// (`[steps, ...]`), under bf16 autocast and in f32; `opt` gives the optimizer's settings.
+fn torch_runs(
     model: &str,
     params: &[(String, Var)],
     (x, y): (&Tensor, &Tensor),
     opt: &Value,
-    low: bool,
-) -> Result<(Run, Value)> {
+) -> Result<[Run; 2]> {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let file = dir.path().join(format!("{model}.safetensors"));
     let mut tensors: Vec<(String, Tensor)> = params.iter().map(|(n, v)| (n.clone(), v.get())).collect();
     tensors.push(("data.x".into(), x.clone()));
     tensors.push(("data.y".into(), y.clone()));
     eager::io::save_safetensors(&file, &tensors)?;
-    let mut request = json!({"model": model, "file": file, "autocast": low});
+    let mut request = json!({"model": model, "file": file});
     request.as_object_mut().unwrap().extend(opt.as_object().unwrap().clone());
     let answer = python_reference("autocast_models_reference.py", &request);
-    let steps = answer["steps"].as_array().expect("steps").clone();
-    assert_eq!(steps.len(), STEPS);
-    for s in &steps {
-        assert_eq!(s["loss_dtype"], "torch.float32");
-        assert_eq!(s["logits_dtype"], if low { "torch.bfloat16" } else { "torch.float32" });
-        assert_eq!(s["grad_dtypes"], json!(["torch.float32"]));
-    }
-    assert_eq!(answer["param_dtypes"], json!(["torch.float32"]));
-    Ok((Run { losses: steps.iter().map(|s| json_f64(&s["loss"])).collect() }, answer))
+    Ok([("bf16", "torch.bfloat16"), ("f32", "torch.float32")].map(|(run, logits)| {
+        let steps = answer[run]["steps"].as_array().expect("steps");
+        assert_eq!(steps.len(), STEPS);
+        for s in steps {
+            assert_eq!(s["loss_dtype"], "torch.float32", "torch's {run} run");
+            assert_eq!(s["logits_dtype"], logits, "torch's {run} run");
+            assert_eq!(s["grad_dtypes"], json!(["torch.float32"]), "torch's {run} run");
+        }
+        assert_eq!(answer[run]["param_dtypes"], json!(["torch.float32"]), "torch's {run} run");
+        Run { losses: steps.iter().map(|s| json_f64(&s["loss"])).collect() }
+    }))
 }
 
 /// The largest relative difference of `got` from `want`, after asserting each is within `rtol`.
@@ -134,8 +139,7 @@ fn side_by_side(
     forward: impl Fn(usize) -> Result<(Tensor, Tensor)>,
 ) -> Result<f64> {
     let initial: Vec<Tensor> = params.iter().map(|(_, v)| v.get()).collect();
-    let (torch_bf16, _) = torch_run(model, params, data, &opt_settings, true)?;
-    let (torch_f32, _) = torch_run(model, params, data, &opt_settings, false)?;
+    let [torch_bf16, torch_f32] = torch_runs(model, params, data, &opt_settings)?;
 
     let bf16 = train(params, make_opt()?.as_ref(), true, &forward)?;
     restore(params, &initial)?;
@@ -145,8 +149,16 @@ fn side_by_side(
     let worst_f32 = compare(&format!("{name} in f32"), &f32, &torch_f32, F32_RTOL);
     let worst = compare(&format!("{name} under bf16 autocast"), &bf16, &torch_bf16, BF16_RTOL);
     let first = (bf16.losses[0] - torch_bf16.losses[0]).abs() / torch_bf16.losses[0];
-    assert!(first <= FIRST_STEP_RTOL, "{name}, step 0 from the same weights: relative difference {first:.2e}");
-    let moved = torch_bf16.losses.iter().zip(&torch_f32.losses).map(|(a, b)| (a - b).abs() / b.abs()).fold(0.0, f64::max);
+    assert!(
+        first <= FIRST_STEP_RTOL,
+        "{name}, step 0 from the same weights: relative difference {first:.2e}"
+    );
+    let moved = torch_bf16
+        .losses
+        .iter()
+        .zip(&torch_f32.losses)
+        .map(|(a, b)| (a - b).abs() / b.abs())
+        .fold(0.0, f64::max);
     println!(
         "{name}: bf16 autocast loss {:.4} -> {:.4} (torch {:.4} -> {:.4}); largest relative difference from torch \
          {worst:.2e} under bf16 autocast (bound {BF16_RTOL:.2e}; step 0 {first:.2e}), {worst_f32:.2e} in f32; bf16 \

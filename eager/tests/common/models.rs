@@ -10,7 +10,8 @@
 #![allow(dead_code)]
 
 use eager::nn::{
-    self, Conv2d, Embedding, Flatten, LayerNorm, Linear, MaxPool2d, Module, Relu, Sequential, TransformerBlock,
+    self, Conv2d, Embedding, Flatten, LayerNorm, Linear, MaxPool2d, Module, Relu, Sequential,
+    TransformerBlock,
 };
 use eager::prelude::*;
 
@@ -101,7 +102,10 @@ impl Gpt {
         Ok(Gpt {
             tokens: Embedding::new(GPT_VOCAB, GPT_WIDTH)?,
             positions: Embedding::new(GPT_CONTEXT, GPT_WIDTH)?,
-            blocks: vec![TransformerBlock::new(GPT_WIDTH, GPT_HEADS)?, TransformerBlock::new(GPT_WIDTH, GPT_HEADS)?],
+            blocks: vec![
+                TransformerBlock::new(GPT_WIDTH, GPT_HEADS)?,
+                TransformerBlock::new(GPT_WIDTH, GPT_HEADS)?,
+            ],
             norm: LayerNorm::new(GPT_WIDTH)?,
             head: Linear::new(GPT_WIDTH, GPT_VOCAB)?,
             place: Tensor::arange(0.0, GPT_CONTEXT as f64, 1.0, DType::I64)?,

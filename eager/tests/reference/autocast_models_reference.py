@@ -4,18 +4,20 @@ torch.nn as tests/common/models.rs writes them with eager::nn (the same paramete
 
 Test: python3 autocast_models_reference.py < request.json > answer.json. The request names
 the model ("cnn" or "gpt"), a safetensors file with its initial parameters (eager's names)
-and its batches ("x" [steps, B, ...], "y" [steps, B, ...]), the optimizer's settings and
-whether to autocast. The answer, per step: the loss, its dtype, the logits' dtype, each
-gradient's dtype; and the parameters' dtypes after the last step. The optimizer zeroes the
+and its batches ("data.x" [steps, B, ...], "data.y" [steps, B, ...]) and the optimizer's
+settings. The answer has two runs from those weights, "bf16" under torch.autocast("cpu",
+bfloat16) and "f32" without; each, per step: the loss, its dtype, the logits' dtype, the
+gradients' dtypes; and the parameters' dtypes after the last step. The optimizer zeroes the
 gradients before each step's forward (as eager's test does after reading them).
 
 Bench: python3 autocast_models_reference.py --bench [--seconds S] prints, per model, the
 training steps/s in f32 and under torch.autocast("cpu", bfloat16) (eager-bench's batch
-sizes; 2 threads, as the peers' bench runs torch).
+sizes; 2 threads, as the peers' bench runs torch; medians of 3 windows of each, alternating).
 Needs torch and safetensors (tests/requirements-models.txt).
 """
 
 import json
+import statistics
 import sys
 import time
 
@@ -90,26 +92,29 @@ def optimizer(name, params, req):
     return torch.optim.SGD(params, lr=req["lr"], momentum=req["momentum"])
 
 
-def train(req):
-    from safetensors.torch import load_file
-    tensors = load_file(req["file"])
+def train(req, tensors, low):
     name = req["model"]
     net = Gpt() if name == "gpt" else cnn()
     sd = net.state_dict()
     assert sorted(sd) == sorted(k for k in tensors if not k.startswith("data.")), sorted(sd)
     net.load_state_dict({k: tensors[k] for k in sd})
     opt = optimizer(name, net.parameters(), req)
-    xs, ys = tensors["data.x"], tensors["data.y"]
     out = []
-    for x, y in zip(xs, ys):
+    for x, y in zip(tensors["data.x"], tensors["data.y"]):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=req["autocast"]):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
             logits, loss = logits_and_loss(name, net, x, y)
         loss.backward()
         out.append({"loss": loss.item(), "loss_dtype": str(loss.dtype), "logits_dtype": str(logits.dtype),
                     "grad_dtypes": sorted({str(p.grad.dtype) for p in net.parameters()})})
         opt.step()
     return {"steps": out, "param_dtypes": sorted({str(p.dtype) for p in net.parameters()})}
+
+
+def both(req):
+    from safetensors.torch import load_file
+    tensors = load_file(req["file"])
+    return {"bf16": train(req, tensors, True), "f32": train(req, tensors, False)}
 
 
 def bench(seconds):
@@ -123,22 +128,27 @@ def bench(seconds):
     }
     for name, (net, x, y, cfg) in cases.items():
         opt = optimizer(name, net.parameters(), cfg)
-        rates = {}
-        for mode in ("f32", "bf16"):
-            def step():
-                opt.zero_grad(set_to_none=True)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
-                    _, loss = logits_and_loss(name, net, x, y)
-                loss.backward()
-                opt.step()
-                return loss.item()
+
+        def step(mode):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
+                _, loss = logits_and_loss(name, net, x, y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        rates = {"f32": [], "bf16": []}
+        for mode in rates:
             for _ in range(10):
-                step()
-            n, t0 = 0, time.perf_counter()
-            while n < 5 or time.perf_counter() - t0 < seconds:
-                step()
-                n += 1
-            rates[mode] = n / (time.perf_counter() - t0)
+                step(mode)
+        for _ in range(3):  # windows of the two alternate, as the eager side's do
+            for mode in rates:
+                n, t0 = 0, time.perf_counter()
+                while n < 5 or time.perf_counter() - t0 < seconds:
+                    step(mode)
+                    n += 1
+                rates[mode].append(n / (time.perf_counter() - t0))
+        rates = {m: statistics.median(r) for m, r in rates.items()}
         print(json.dumps({"model": name, "torch": torch.__version__, "f32_steps_per_s": rates["f32"],
                           "bf16_steps_per_s": rates["bf16"]}), flush=True)
 
@@ -149,7 +159,7 @@ def main():
         bench(seconds)
         return
     req = json.load(sys.stdin)
-    json.dump({"torch": torch.__version__, "result": train(req)}, sys.stdout)
+    json.dump({"torch": torch.__version__, "result": both(req)}, sys.stdout)
 
 
 if __name__ == "__main__":
