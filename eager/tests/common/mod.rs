@@ -110,8 +110,14 @@ pub fn host_least_squares(
 /// torch's answer to `request` from `tests/reference/amp_reference.py` (python3 with torch,
 /// from `tests/requirements-models.txt`; `EAGER_PYTHON` names another interpreter).
 pub fn torch_reference(request: &serde_json::Value) -> serde_json::Value {
+    python_reference("amp_reference.py", request)
+}
+
+/// The `result` of the reference script `tests/reference/<script>` given `request` as JSON on
+/// its stdin (see [`torch_reference`]).
+pub fn python_reference(script: &str, request: &serde_json::Value) -> serde_json::Value {
     use std::io::Write;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/amp_reference.py");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference").join(script);
     let python = std::env::var("EAGER_PYTHON").unwrap_or_else(|_| "python3".into());
     let mut child = std::process::Command::new(&python)
         .arg(script)
