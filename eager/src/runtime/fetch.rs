@@ -52,15 +52,38 @@ pub(crate) fn executable(rt: &Runtime, key: OpKey, start: Instant) -> Result<Fet
 /// GFLOP/s), which costs more than the optimized compile's extra milliseconds.
 const LARGE_OP_FLOPS: f64 = 1e8;
 
+/// Single ops that move at least this many bytes (inputs and results) are compiled optimized
+/// from the first call too: the quick tier runs large memory-bound ops 2-17x slower (see
+/// [`crate::cache::Tiering`]: an exp of 4M f32, 32 MiB moved, 17 ms against 1.2), so one
+/// quick call costs about the optimized compile's extra ~19 ms, and two make the key hot by
+/// device time (20 ms) anyway: starting quick would only add a compile. Programs (fused
+/// regions, ops run as one) are left to their heat: their compile grows with their size.
+const LARGE_OP_BYTES: usize = 32 << 20;
+
+/// The tier `key`'s first executable gets: optimized for a compiled function (its user asked)
+/// and for a large op (its estimated work, see [`LARGE_OP_FLOPS`] and [`LARGE_OP_BYTES`]),
+/// else the cache's first tier (quick, unless tiering is off).
+fn first_tier(key: &OpKey) -> Result<Tier> {
+    let op = &key.op;
+    if let Op::Call(c) = op {
+        if !c.program.tiered {
+            return Ok(Tier::Optimized);
+        }
+    }
+    let output = op.infer(&key.inputs)?;
+    let bytes = || {
+        let results = std::iter::once(&output).chain(op.more_outputs());
+        key.inputs.iter().chain(results).map(Spec::size_in_bytes).sum::<usize>()
+    };
+    let large = op.flops(&key.inputs, &output) >= LARGE_OP_FLOPS
+        || (!matches!(op, Op::Call(_)) && bytes() >= LARGE_OP_BYTES);
+    Ok(if large { Tier::Optimized } else { cache().first_tier() })
+}
+
 /// `key`'s executable, not in memory: loaded from the persistent cache or compiled, and
 /// stored (`ahead`: before any dispatch asked for it).
 fn fetch(rt: &Runtime, key: OpKey, start: Instant, ahead: bool) -> Result<Fetched> {
-    let tier = match &key.op {
-        Op::Call(c) if !c.program.tiered => Tier::Optimized,
-        // A large op (a 1024² matmul) runs long enough that its optimized code pays at once.
-        op if op.flops(&key.inputs, &op.infer(&key.inputs)?) >= LARGE_OP_FLOPS => Tier::Optimized,
-        _ => cache().first_tier(),
-    };
+    let tier = first_tier(&key)?;
     let mut fetched = None;
     if tier == Tier::Quick && rt.disk.is_some() {
         // Optimized in an earlier run: load that.
