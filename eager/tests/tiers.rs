@@ -1,7 +1,8 @@
 //! Tiered compilation on the real plugin: a new key runs at the quick tier; once hot (by
 //! calls, or by device time) its optimized executable is compiled in the background and
 //! swapped in, giving the same results; the persistent cache keeps both tiers, so a fresh
-//! process loads the optimized one; a compiled function is optimized from the start.
+//! process loads the optimized one; a compiled function, and an op large by its FLOPs or the
+//! bytes it moves, is optimized from the start.
 
 use std::process::Command;
 
@@ -88,6 +89,34 @@ fn a_hot_key_is_swapped_to_the_optimized_tier_and_gives_the_same_results() -> Re
     let mark = profiler::next_seq();
     f.call(&[&x])?;
     assert_eq!(last_op(mark).0, Tier::Optimized);
+
+    // A large op starts optimized (its quick code would run it slower until hot): a matmul of
+    // f32[1024, 1024] by its FLOPs (2^31), an exp of 4M f32 by the bytes it moves (32 MiB);
+    // a small matmul starts quick. Each gives the host's values.
+    let (a, b) = (Tensor::rand(&[1024, 1024], DType::F32)?, Tensor::rand(&[1024, 1024], DType::F32)?);
+    let mark = profiler::next_seq();
+    let big = a.matmul(&b)?.to_vec::<f32>()?;
+    assert_eq!(last_op(mark), (Tier::Optimized, CacheOutcome::Miss));
+    let (av, bv) = (a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+    for (i, j) in [(0, 0), (1, 1023), (517, 3), (1023, 1023), (300, 700)] {
+        let want: f64 = (0..1024).map(|k| av[i * 1024 + k] as f64 * bv[k * 1024 + j] as f64).sum();
+        let got = big[i * 1024 + j] as f64;
+        assert!((got - want).abs() <= 1e-4 * want.abs(), "[{i}, {j}]: {got} vs {want}");
+    }
+    let (s, t) = (Tensor::rand(&[8, 16], DType::F32)?, Tensor::rand(&[16, 4], DType::F32)?);
+    let mark = profiler::next_seq();
+    let small = s.matmul(&t)?.to_vec::<f32>()?;
+    assert_eq!(last_op(mark), (Tier::Quick, CacheOutcome::Miss));
+    let (sv, tv) = (s.to_vec::<f32>()?, t.to_vec::<f32>()?);
+    for (i, j) in (0..8).flat_map(|i| (0..4).map(move |j| (i, j))) {
+        let want: f64 = (0..16).map(|k| sv[i * 16 + k] as f64 * tv[k * 4 + j] as f64).sum();
+        assert!((small[i * 4 + j] as f64 - want).abs() <= 1e-5 * want.abs().max(1.0), "[{i}, {j}]");
+    }
+    let wide = Tensor::rand(&[2048, 2048], DType::F32)?;
+    let mark = profiler::next_seq();
+    let got = wide.exp()?.to_vec::<f32>()?;
+    assert_eq!(last_op(mark), (Tier::Optimized, CacheOutcome::Miss));
+    assert!(close(&got, &host_exp(&wide.to_vec::<f32>()?)), "exp of 4M f32 at the optimized tier");
 
     // Tiering off: a new key compiles optimized at once.
     cache::set_tiering(Tiering { enabled: false, ..cache::tiering() });
