@@ -13,7 +13,7 @@
 //! Each op says which list it is on in its family file. The casts are ordinary ops with
 //! gradients, so the gradient of an f32 parameter used by a bf16 matmul comes back f32. The
 //! policy is applied where every op is dispatched ([`crate::tensor::dispatch`]), so it works
-//! eagerly, in fused mode and inside [`crate::compile`] (whose traces are keyed by the
+//! eagerly, in fused mode and inside [`crate::compile()`] (whose traces are keyed by the
 //! autocast dtype). Backward passes and optimizer steps run with autocast off (gradients keep
 //! the dtypes of the forward; updates keep each parameter's dtype), as torch recommends.
 //!

@@ -15,7 +15,7 @@
 //! Map, in layers (bottom up; no module imports one above it): [`dtype`], [`shape`],
 //! [`device`], [`shared`] (process-wide state) → [`pjrt`] (FFI and safe handles), [`plugin`]
 //! (finding plugins per device target), [`error`], [`memory`] (live tensor bytes, the peak,
-//! the cap), [`autocast`] (its scopes; the ops say their lists) → [`ops`] (one file per op family) →
+//! the cap), [`autocast`](mod@autocast) (its scopes; the ops say their lists) → [`ops`] (one file per op family) →
 //! [`cache`] (in memory), [`disk_cache`] (persistent), [`profiler`] (the event log the viz
 //! crate draws), [`runtime`] (plugins, execute, transfers), [`mesh`] (meshes and shardings)
 //! → [`tensor`] (and its dispatch),

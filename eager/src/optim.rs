@@ -7,7 +7,7 @@
 //! later are left as they are.
 //!
 //! Mixed precision, two ways (as torch users do it):
-//! - f32 parameters under [`crate::autocast`]: the parameters stay f32, autocast casts them
+//! - f32 parameters under [`autocast`](mod@crate::autocast): the parameters stay f32, autocast casts them
 //!   for the ops of its low-precision list, and gradients come back f32 through the casts;
 //!   nothing to do here (torch.amp's way, the recommended one).
 //! - bf16/f16 parameters with [`Adam::with_master_weights`]: the optimizer keeps an f32

@@ -1,4 +1,4 @@
-//! A front end's side of the session server (see [`crate::server`]): [`connect`] asks the
+//! A front end's side of the session server (`repl/src/server.rs`): [`connect`] asks the
 //! per-user server for a warm session (starting the server if none listens), and
 //! [`RemoteSession`] forwards the front end's requests to the process that holds it, one JSON
 //! line each way. The session is the front end's alone: its process ends when this

@@ -1,5 +1,5 @@
 //! Convolution layers (torch's `nn.Conv2d`): weights `[out, in / groups, kh, kw]`, a bias per
-//! output channel. Autocast ([`crate::autocast`]): on the low-precision list, bias included.
+//! output channel. Autocast ([`autocast`](mod@crate::autocast)): on the low-precision list, bias included.
 
 use super::{uniform, Module};
 use crate::dtype::DType;

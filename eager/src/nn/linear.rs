@@ -1,5 +1,5 @@
 //! The fully connected layer, `y = x Wᵀ + b` (torch's `nn.Linear`). Autocast
-//! ([`crate::autocast`]): on the low-precision list, bias included, as torch's `linear`.
+//! ([`autocast`](mod@crate::autocast)): on the low-precision list, bias included, as torch's `linear`.
 
 use super::{uniform, Module};
 use crate::dtype::DType;

@@ -1,5 +1,5 @@
 //! Losses (torch's `F.cross_entropy`, `F.mse_loss` with mean reduction). Autocast
-//! ([`crate::autocast`]): both on the f32 list (half inputs cast up, the loss f32).
+//! ([`autocast`](mod@crate::autocast)): both on the f32 list (half inputs cast up, the loss f32).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -1,7 +1,7 @@
 //! Normalisation layers and functions: layer norm, RMS norm and batch norm (torch's
 //! `nn.LayerNorm`, `F.layer_norm`, `nn.RMSNorm`, `F.batch_norm`, `nn.BatchNorm2d`).
 //! f16 and bf16 inputs are normalised in f32 (statistics, scale and shift) and rounded once,
-//! as torch: within half an ulp of the exact result. Under [`crate::autocast`] they are on
+//! as torch: within half an ulp of the exact result. Under [`autocast`](mod@crate::autocast) they are on
 //! the f32 list (their result is f32, as torch's autocast gives).
 
 use std::sync::atomic::{AtomicBool, Ordering};

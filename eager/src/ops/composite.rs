@@ -1,7 +1,7 @@
 //! Ops written once on the primitives, with no definition of their own: each runs as the ops it
 //! is made of (so gradients, the cache and the profiler see those). As tinygrad's mixin.
 //!
-//! Autocast ([`crate::autocast`]): softmax, log_softmax, rms_norm and group_norm are on the f32
+//! Autocast ([`autocast`](mod@crate::autocast)): softmax, log_softmax, rms_norm and group_norm are on the f32
 //! list (half inputs cast up, result f32); attention is on the low-precision list (q, k, v cast
 //! to the autocast dtype); the others run as the ops they are made of.
 

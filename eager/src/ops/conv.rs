@@ -3,7 +3,7 @@
 //! ranks 3 and 4). f16 and bf16 convolutions accumulate in f32 and round once. Also `flip`
 //! (`stablehlo.reverse`), which the input gradient needs.
 //!
-//! Autocast ([`crate::autocast`]): convolutions (conv1d, conv2d, conv_transpose2d) are on the
+//! Autocast ([`autocast`](mod@crate::autocast)): convolutions (conv1d, conv2d, conv_transpose2d) are on the
 //! low-precision list, as torch's; `flip` keeps its input's dtype.
 //!
 //! Gradients (for a convolution with stride `s`, padding `(lo, hi)`, dilation `d`, groups `G`):

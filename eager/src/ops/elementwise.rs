@@ -2,7 +2,7 @@
 //! `where` and dtype casts. The unary, binary and comparison ops are stamped from one table
 //! each: variant, name, the StableHLO op it lowers to, and the dtypes it takes.
 //!
-//! Autocast lists ([`crate::autocast`]): `exp`, `log`, `log1p`, `expm1`, `rsqrt` and `pow` on
+//! Autocast lists ([`autocast`](mod@crate::autocast)): `exp`, `log`, `log1p`, `expm1`, `rsqrt` and `pow` on
 //! the f32 list (they lose most in half precision; torch's list); the other binary ops,
 //! comparisons and `where` promote mixed float inputs to the widest; the rest keep their
 //! input's dtype, casts included (a cast is what autocast inserts).

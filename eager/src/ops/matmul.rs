@@ -3,7 +3,7 @@
 //! operand may be read transposed (`dot_general` contracts any dim), so `x @ wᵀ` (a Linear),
 //! `q @ kᵀ` (attention) and the products of matmul's own gradient are one op, not two.
 //!
-//! Autocast ([`crate::autocast`]): on the low-precision list, as torch's `matmul`: f32 inputs
+//! Autocast ([`autocast`](mod@crate::autocast)): on the low-precision list, as torch's `matmul`: f32 inputs
 //! are cast to the autocast dtype (and still accumulate in f32).
 
 use crate::error::{Error, Result};

@@ -104,14 +104,14 @@ pub(crate) trait OpDef {
     fn result_axes(&self) -> Option<&[Vec<String>]> {
         None
     }
-    /// Which [`crate::autocast`] list the op is on (each family file says why): by default
+    /// Which [`autocast`](mod@crate::autocast) list the op is on (each family file says why): by default
     /// none, it runs in its inputs' dtype.
     fn autocast_list(&self) -> AutocastList {
         AutocastList::Keep
     }
 }
 
-/// The lists of [`crate::autocast`], as torch's autocast has them.
+/// The lists of [`autocast`](mod@crate::autocast), as torch's autocast has them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AutocastList {
     /// Runs in the autocast dtype (f32, f16 and bf16 inputs cast to it; f64 kept).
@@ -256,7 +256,7 @@ macro_rules! ops {
             pub fn result_axes(&self) -> Option<&[Vec<String>]> {
                 match self { $(Op::$variant(o) => o.result_axes(),)* }
             }
-            /// Which autocast list the op is on (see [`OpDef::autocast_list`]).
+            /// Which autocast list the op is on (see `OpDef::autocast_list`).
             pub fn autocast_list(&self) -> AutocastList {
                 match self { $(Op::$variant(o) => o.autocast_list(),)* }
             }

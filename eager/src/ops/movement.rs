@@ -1,7 +1,7 @@
 //! Ops that move elements without computing: reshape, permute, broadcast, strided slice, pad
 //! (the transpose of a strided slice) and concatenation.
 //!
-//! Autocast ([`crate::autocast`]): `cat` promotes mixed float inputs to the widest (torch's
+//! Autocast ([`autocast`](mod@crate::autocast)): `cat` promotes mixed float inputs to the widest (torch's
 //! promote list); the others keep their input's dtype.
 
 use crate::error::{Error, Result};

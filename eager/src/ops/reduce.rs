@@ -2,7 +2,7 @@
 //! the max or min (the first on ties; NaN counts as the extreme). f16 and bf16 sums and means
 //! accumulate in f32 and round once.
 //!
-//! Autocast ([`crate::autocast`]): sum and mean are on the f32 list (their result is f32, as
+//! Autocast ([`autocast`](mod@crate::autocast)): sum and mean are on the f32 list (their result is f32, as
 //! torch's autocast gives); max, min and the arg reductions keep their input's dtype.
 
 use std::fmt::Write as _;

@@ -2,7 +2,7 @@
 //! reduction of the window of elements up to it (`stablehlo.reduce_window`). f16 and bf16
 //! accumulate in f32 and round once per element.
 //!
-//! Autocast ([`crate::autocast`]): cumsum and cumprod are on the f32 list, as torch's.
+//! Autocast ([`autocast`](mod@crate::autocast)): cumsum and cumprod are on the f32 list, as torch's.
 
 use crate::error::{Error, Result};
 use crate::shape::Spec;

@@ -29,7 +29,7 @@ pub struct RunSummary {
     pub wall_ns: u64,
     /// The op (with its attributes) dispatched most often, and how often.
     pub most_dispatched: Option<(String, u64)>,
-    /// Training steps the run took, if the comparison was told ([`Comparison::steps`]).
+    /// Training steps the run took, if the comparison was told ([`crate::Comparison::steps`]).
     pub steps: Option<u64>,
 }
 
