@@ -11,57 +11,80 @@ use crate::pjrt::{LoadError, PjrtError};
 pub enum Error {
     /// Input shapes that the op cannot take (found before compiling).
     Shape {
+        /// The op that refused its inputs.
         op: &'static str,
+        /// What was wrong with the shapes, naming the values.
         msg: String,
     },
     /// Input dtypes that the op cannot take (found before compiling).
     DType {
+        /// The op that refused its inputs.
         op: &'static str,
+        /// What was wrong with the dtypes, naming the values.
         msg: String,
     },
     /// Any other invalid argument (bad dim, bad index, mixed devices, …).
     Invalid {
+        /// The op that refused its arguments.
         op: &'static str,
+        /// What was wrong, naming the values.
         msg: String,
     },
     /// PJRT rejected a compile, execute or transfer.
     Pjrt {
+        /// The op whose compile, execute or transfer failed.
         op: String,
+        /// The error PJRT returned.
         source: PjrtError,
     },
     /// An op failed on the device after it was dispatched. Dispatch is asynchronous, so this
     /// is reported by the first read (or wait) of a result that depends on it.
     DeviceFailure {
+        /// The op that failed on the device.
         op: String,
+        /// The device's error message.
         message: String,
+        /// The read (or wait) that reported the failure.
         read: String,
     },
     /// No usable plugin for the device kind.
     Plugin(crate::plugin::PluginError),
+    /// A PJRT plugin could not be loaded.
     Load(LoadError),
     /// A file could not be read or written.
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
     /// A weights file is malformed, holds what eager cannot, or cannot hold what was saved.
     Format {
+        /// The file.
         path: PathBuf,
+        /// What is wrong with it.
         msg: String,
     },
     /// A device had no room for an op's results or a transfer (the cap of
     /// `eager::memory::set_limit`, or the plugin's RESOURCE_EXHAUSTED): names the request and
     /// the largest tensors live on that device with the ops that made them.
     OutOfMemory {
+        /// The op (or transfer) that asked for memory.
         op: String,
+        /// The device that had no room.
         device: crate::device::Device,
+        /// Bytes requested.
         requested: u64,
+        /// Bytes live on the device at the time.
         live: u64,
+        /// The largest tensors live on the device, with the ops that made them.
         largest: Vec<crate::memory::LiveTensor>,
+        /// Why it failed: the cap or the plugin's message.
         cause: String,
     },
     /// The session was interrupted (Ctrl-C in the REPL, interrupt in a notebook).
     Interrupted {
+        /// The op that was interrupted.
         op: &'static str,
     },
 }
@@ -180,4 +203,5 @@ impl Error {
     }
 }
 
+/// A result whose error is eager's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;

@@ -2,6 +2,8 @@
 //! eager uses. Every argument struct starts with `struct_size`, which plugins use to tell
 //! which fields the caller knows; structs here mirror the header field for field, which the
 //! `layout` test checks for every struct against the parsed header.
+// Mirrors pjrt_c_api.h field for field; the header documents each.
+#![allow(missing_docs)]
 #![allow(non_camel_case_types, non_snake_case, dead_code)]
 
 use std::ffi::{c_char, c_int, c_void};

@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 pub struct PjrtError {
     /// PJRT's error code (`PJRT_Error_Code`, the absl status codes); stable across plugins.
     pub code: i32,
+    /// The plugin's error message.
     pub message: String,
     /// The C API function that failed.
     pub function: &'static str,
@@ -58,6 +59,7 @@ fn invalid_argument(function: &'static str, message: String) -> PjrtError {
     PjrtError { code: INVALID_ARGUMENT, message, function }
 }
 
+/// A result whose error is a [`PjrtError`].
 pub type Result<T> = std::result::Result<T, PjrtError>;
 
 /// Calls one function of the table: checks that the plugin's table is long enough to hold it
@@ -88,7 +90,9 @@ macro_rules! call {
 /// A loaded plugin: the dlopen handle and its `PJRT_Api` table.
 pub struct Api {
     table: *const ffi::PJRT_Api,
+    /// The plugin file it was loaded from.
     pub path: PathBuf,
+    /// The PJRT C API version the plugin speaks (major, minor).
     pub version: (i32, i32),
     // Never dlclosed: XLA plugins keep threads and static destructors that crash on unload.
     _lib: std::mem::ManuallyDrop<libloading::Library>,
@@ -103,17 +107,47 @@ unsafe impl Sync for Api {}
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot load PJRT plugin {path}: {source} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    Dlopen { path: PathBuf, source: libloading::Error },
+    /// dlopen failed.
+    Dlopen {
+        /// The plugin file.
+        path: PathBuf,
+        /// The loader's error.
+        source: libloading::Error,
+    },
     #[error("{path} is not a PJRT plugin (no GetPjrtApi symbol): {source} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    NoSymbol { path: PathBuf, source: libloading::Error },
+    /// The file has no `GetPjrtApi` symbol.
+    NoSymbol {
+        /// The file.
+        path: PathBuf,
+        /// The loader's error.
+        source: libloading::Error,
+    },
     #[error(
         "{path}: GetPjrtApi returned null (see \"Devices and plugins\" in the guide: docs/src/devices.md)"
     )]
-    NullApi { path: PathBuf },
+    /// `GetPjrtApi` returned null.
+    NullApi {
+        /// The plugin file.
+        path: PathBuf,
+    },
     #[error("{path} speaks PJRT C API {major}.{minor}; eager supports major version {} (see \"Devices and plugins\" in the guide: docs/src/devices.md)", ffi::API_MAJOR)]
-    Version { path: PathBuf, major: i32, minor: i32 },
+    /// The plugin speaks a C API major version eager does not.
+    Version {
+        /// The plugin file.
+        path: PathBuf,
+        /// Its API major version.
+        major: i32,
+        /// Its API minor version.
+        minor: i32,
+    },
     #[error("PJRT plugin {path} failed to initialize: {source} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    Initialize { path: PathBuf, source: PjrtError },
+    /// `PJRT_Plugin_Initialize` failed.
+    Initialize {
+        /// The plugin file.
+        path: PathBuf,
+        /// The error it returned.
+        source: PjrtError,
+    },
 }
 
 impl Api {
@@ -247,8 +281,11 @@ unsafe fn slice_from<'a, T>(p: *const T, len: usize) -> &'a [T] {
 /// A value for `PJRT_Client_Create`'s options.
 #[derive(Debug, Clone)]
 pub enum OptionValue {
+    /// An integer option.
     Int(i64),
+    /// A boolean option.
     Bool(bool),
+    /// A string option.
     Str(String),
 }
 
@@ -260,9 +297,11 @@ pub struct DeviceInfo {
     raw: *mut ffi::PJRT_Device,
     /// Global device id.
     pub id: i32,
+    /// The hardware's own id for the device (e.g. the CUDA device number).
     pub local_hardware_id: i32,
     /// Device kind as the plugin names it (e.g. "cpu", "TPU v4").
     pub kind: String,
+    /// The plugin's description of the device (`PJRT_DeviceDescription_ToString`).
     pub description: String,
 }
 
@@ -270,19 +309,28 @@ pub struct DeviceInfo {
 /// one out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceMemoryStats {
+    /// Bytes allocated now.
     pub bytes_in_use: u64,
+    /// Most bytes allocated at once so far.
     pub peak_bytes_in_use: Option<u64>,
+    /// Bytes the allocator may hand out in all.
     pub bytes_limit: Option<u64>,
+    /// The largest single allocation so far.
     pub largest_alloc_size: Option<u64>,
+    /// Allocations made.
     pub num_allocs: Option<u64>,
 }
 
 /// A PJRT client; destroyed when the last buffer, executable and handle are gone.
 pub struct Client {
+    /// The plugin the client came from.
     pub api: Arc<Api>,
     raw: *mut ffi::PJRT_Client,
+    /// The platform's name (`cpu`, `tpu`, `cuda`).
     pub platform_name: String,
+    /// The platform's version string.
     pub platform_version: String,
+    /// The client's addressable devices.
     pub devices: Vec<DeviceInfo>,
 }
 
@@ -292,6 +340,7 @@ unsafe impl Send for Client {}
 unsafe impl Sync for Client {}
 
 impl Client {
+    /// Creates a client of `api` with the given `PJRT_Client_Create` options.
     pub fn create(api: Arc<Api>, options: &[(&str, OptionValue)]) -> Result<Arc<Client>> {
         // Keep option names and string values alive for the call.
         let names: Vec<CString> = options.iter().map(|(n, _)| CString::new(*n).unwrap()).collect();
@@ -584,10 +633,12 @@ unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
+    /// The client that owns the buffer.
     pub fn client(&self) -> &Arc<Client> {
         &self.client
     }
 
+    /// The buffer's element type.
     pub fn element_type(&self) -> Result<ffi::BufferType> {
         let mut args = ffi::PJRT_Buffer_ElementType_Args::new();
         args.buffer = self.raw;
@@ -595,6 +646,7 @@ impl Buffer {
         Ok(args.type_)
     }
 
+    /// The buffer's dimensions (empty for a scalar).
     pub fn dims(&self) -> Result<Vec<i64>> {
         let mut args = ffi::PJRT_Buffer_Dimensions_Args::new();
         args.buffer = self.raw;
@@ -603,6 +655,7 @@ impl Buffer {
         Ok(unsafe { slice_from(args.dims, args.num_dims) }.to_vec())
     }
 
+    /// Bytes the buffer takes on its device.
     pub fn on_device_size(&self) -> Result<usize> {
         let mut args = ffi::PJRT_Buffer_OnDeviceSizeInBytes_Args::new();
         args.buffer = self.raw;
@@ -672,6 +725,7 @@ impl Drop for Buffer {
 pub struct Executable {
     client: Arc<Client>,
     raw: *mut ffi::PJRT_LoadedExecutable,
+    /// Outputs of one execution.
     pub num_outputs: usize,
 }
 
@@ -877,6 +931,7 @@ impl Executable {
         }
     }
 
+    /// The client that owns the executable.
     pub fn client(&self) -> &Arc<Client> {
         &self.client
     }
@@ -897,8 +952,10 @@ impl Drop for Executable {
 /// swapped in, as are compiled functions from the start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Tier {
+    /// XLA's backend optimization level 0, no fusion emitters: fast to compile.
     Quick,
     #[default]
+    /// XLA's default optimization.
     Optimized,
 }
 

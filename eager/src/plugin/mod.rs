@@ -25,32 +25,96 @@ use crate::shared::lock;
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     #[error("no {kind} device here: {why} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    NoHardware { kind: DeviceKind, why: String },
+    /// The machine has no device of the kind.
+    NoHardware {
+        /// The device kind.
+        kind: DeviceKind,
+        /// Why none was found.
+        why: String,
+    },
     #[error("the {kind} plugin path {path} does not exist (from {source_name}) (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    MissingPath { kind: DeviceKind, path: PathBuf, source_name: String },
+    /// A plugin path given by the user does not exist.
+    MissingPath {
+        /// The device kind.
+        kind: DeviceKind,
+        /// The path.
+        path: PathBuf,
+        /// Where the path came from (the variable or setting).
+        source_name: String,
+    },
     #[error("no PJRT plugin for {kind} found: not in {cache}, and no pip package `{package}` is installed.\n  Install it with `python3 -m pip install {package}`, or point EAGER_PJRT_PLUGIN_{upper} at the plugin's .so (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    NotFound { kind: DeviceKind, cache: PathBuf, package: &'static str, upper: String },
+    /// No plugin in the cache and no pip package installed.
+    NotFound {
+        /// The device kind.
+        kind: DeviceKind,
+        /// The plugin cache directory searched.
+        cache: PathBuf,
+        /// The pip package that provides the plugin.
+        package: &'static str,
+        /// The kind's name upper-cased, for `EAGER_PJRT_PLUGIN_<KIND>`.
+        upper: String,
+    },
     #[error("fetching the {kind} plugin failed: {msg} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    Fetch { kind: DeviceKind, msg: String },
+    /// Fetching the plugin failed.
+    Fetch {
+        /// The device kind.
+        kind: DeviceKind,
+        /// What went wrong.
+        msg: String,
+    },
     #[error("the plugin {path} is for platform {platform:?}, not {kind} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    WrongPlatform { kind: DeviceKind, path: PathBuf, platform: String },
+    /// The plugin is for another platform than the kind asked for.
+    WrongPlatform {
+        /// The device kind asked for.
+        kind: DeviceKind,
+        /// The plugin file.
+        path: PathBuf,
+        /// The platform the plugin reported.
+        platform: String,
+    },
     #[error("the {kind} plugin did not start within {secs} s (a hung device probe?) (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    Timeout { kind: DeviceKind, secs: u64 },
+    /// The plugin did not start in time.
+    Timeout {
+        /// The device kind.
+        kind: DeviceKind,
+        /// Seconds waited.
+        secs: u64,
+    },
     #[error("the {kind} plugin {path} failed to create a client: {msg} (see \"Devices and plugins\" in the guide: docs/src/devices.md)")]
-    Client { kind: DeviceKind, path: PathBuf, msg: String },
+    /// The plugin failed to create a client.
+    Client {
+        /// The device kind.
+        kind: DeviceKind,
+        /// The plugin file.
+        path: PathBuf,
+        /// The plugin's message.
+        msg: String,
+    },
     #[error(
         "the TPU is in use by {holder}: libtpu lets one process own a host's TPUs, and that process \
          holds the lock on {}. To free them: {} (see \"Devices and plugins\" in the guide: docs/src/devices.md)",
         lockfile.display(),
         holder.how_to_free(lockfile)
     )]
-    TpuInUse { holder: tpu::LockHolder, lockfile: PathBuf },
+    /// Another process owns the host's TPUs.
+    TpuInUse {
+        /// The process holding the lock.
+        holder: tpu::LockHolder,
+        /// libtpu's lockfile.
+        lockfile: PathBuf,
+    },
     #[error(
         "libtpu refused to start ({msg}), and no process holds its lockfile {0}: if no other process \
          uses the TPU, the file is stale: remove it (`rm {0}`) and try again (see \"Devices and plugins\" in the guide: docs/src/devices.md)",
         lockfile.display()
     )]
-    TpuLockStale { lockfile: PathBuf, msg: String },
+    /// libtpu refused to start and no process holds its lockfile.
+    TpuLockStale {
+        /// libtpu's lockfile (stale).
+        lockfile: PathBuf,
+        /// libtpu's message.
+        msg: String,
+    },
 }
 
 type Result<T> = std::result::Result<T, PluginError>;

@@ -49,12 +49,19 @@ pub enum TpuGeneration {
     V2V3,
     /// A generation with no public name.
     Plc,
+    /// TPU v4.
     V4,
+    /// TPU v5p.
     V5p,
+    /// TPU v5e.
     V5e,
+    /// TPU v6e (Trillium).
     V6e,
+    /// TPU7x.
     Tpu7x,
+    /// TPU8i.
     Tpu8i,
+    /// TPU8t.
     Tpu8t,
 }
 
@@ -142,16 +149,32 @@ impl fmt::Display for TpuChips {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NoTpu {
     #[error("cannot list PCI devices in {}: {msg}", dir.display())]
-    NoPciBus { dir: PathBuf, msg: String },
+    /// The PCI device directory could not be listed.
+    NoPciBus {
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        msg: String,
+    },
     #[error("no PCI device with Google's vendor id {GOOGLE_PCI_VENDOR} in {}", dir.display())]
-    NoGoogleDevice { dir: PathBuf },
+    /// No PCI device has Google's vendor id.
+    NoGoogleDevice {
+        /// The directory searched.
+        dir: PathBuf,
+    },
     #[error(
         "the Google PCI devices in {} are not TPU chips (device ids {}; 0x0042 is the gVNIC \
          network card of any GCE VM)",
         dir.display(),
         ids.join(", ")
     )]
-    NotTpu { dir: PathBuf, ids: Vec<String> },
+    /// Google PCI devices were found, but none is a TPU chip.
+    NotTpu {
+        /// The directory searched.
+        dir: PathBuf,
+        /// Their device ids.
+        ids: Vec<String>,
+    },
 }
 
 /// The sysfs root: `$EAGER_SYSFS_ROOT`, else `/sys`.
