@@ -34,6 +34,7 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
 
 /// The activations as layers, for [`Sequential`](super::Sequential).
 pub struct Relu;
+/// GELU as a layer.
 pub struct Gelu;
 
 impl Module for Relu {

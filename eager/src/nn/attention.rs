@@ -12,9 +12,13 @@ use crate::var::Var;
 /// and v (`in_proj`, `[3 dim, dim]`), scaled dot-product attention per head, the heads merged
 /// and projected (`out_proj`). `causal` lets position `i` attend positions `0..=i` only.
 pub struct MultiheadAttention {
+    /// The projection of the input to q, k and v, `[3 dim, dim]`.
     pub in_proj: Linear,
+    /// The projection of the merged heads, `[dim, dim]`.
     pub out_proj: Linear,
+    /// Number of heads.
     pub heads: usize,
+    /// Whether position `i` attends positions `0..=i` only.
     pub causal: bool,
 }
 
@@ -34,6 +38,7 @@ impl KvCache {
         self.len
     }
 
+    /// Whether no position is filled yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -45,6 +50,7 @@ impl KvCache {
 }
 
 impl MultiheadAttention {
+    /// Attention over `heads` heads of `dim / heads` (which must divide), f32, with biases.
     pub fn new(dim: usize, heads: usize, causal: bool) -> Result<MultiheadAttention> {
         if heads == 0 || !dim.is_multiple_of(heads) {
             let msg = format!("dim {dim} must be a multiple of the number of heads ({heads})");

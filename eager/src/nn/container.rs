@@ -27,6 +27,7 @@ pub struct Sequential {
 }
 
 impl Sequential {
+    /// An empty sequence.
     pub fn new() -> Sequential {
         Sequential::default()
     }
@@ -39,10 +40,12 @@ impl Sequential {
         self
     }
 
+    /// Number of layers.
     pub fn len(&self) -> usize {
         self.layers.len()
     }
 
+    /// Whether it has no layers.
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }

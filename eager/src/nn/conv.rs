@@ -12,11 +12,17 @@ use crate::var::Var;
 /// bias `[out]`, both initialised as torch does (kaiming-uniform with `a = √5`, i.e. uniform
 /// ±1/√fan_in with `fan_in = in / groups * kh * kw`). Input `[N, in, H, W]` (or `[in, H, W]`).
 pub struct Conv2d {
+    /// The kernels, `[out, in / groups, kh, kw]`.
     pub weight: Var,
+    /// The bias, `[out]`, if any.
     pub bias: Option<Var>,
+    /// Stride along H and W.
     pub stride: [usize; 2],
+    /// Padding of H and W.
     pub padding: Padding,
+    /// Dilation along H and W.
     pub dilation: [usize; 2],
+    /// Number of groups the channels are split into.
     pub groups: usize,
 }
 
@@ -27,6 +33,7 @@ impl Conv2d {
     }
 
     #[allow(clippy::too_many_arguments)]
+    /// A layer with every setting given.
     pub fn with_options(
         inputs: usize,
         outputs: usize,

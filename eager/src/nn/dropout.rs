@@ -11,11 +11,13 @@ use crate::var::Var;
 /// 1/(1-p); the identity in evaluation. The mask comes from the on-device generator
 /// (seeded with `manual_seed`), and is drawn afresh at every call of a compiled step.
 pub struct Dropout {
+    /// Probability of zeroing an element.
     pub p: f64,
     training: AtomicBool,
 }
 
 impl Dropout {
+    /// Dropout with probability `p`, which must be in `[0, 1)`.
     pub fn new(p: f64) -> Result<Dropout> {
         if !(0.0..1.0).contains(&p) {
             return Err(Error::invalid("dropout", format!("p must be in [0, 1), got {p}")));

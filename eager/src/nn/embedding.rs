@@ -8,10 +8,12 @@ use crate::var::Var;
 
 /// A lookup table: row `i` of the weight `[count, dim]` for index `i` (initialised N(0, 1)).
 pub struct Embedding {
+    /// The table, `[count, dim]`.
     pub weight: Var,
 }
 
 impl Embedding {
+    /// A table of `count` rows of `dim`, drawn from N(0, 1).
     pub fn new(count: usize, dim: usize) -> Result<Embedding> {
         Ok(Embedding { weight: Var::parameter("weight", Tensor::randn(&[count, dim], DType::F32)?)? })
     }

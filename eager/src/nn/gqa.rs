@@ -12,13 +12,16 @@ use crate::var::Var;
 
 /// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]` each.
 pub struct StaticKvCache {
+    /// The keys, `[B, kv_heads, capacity, head_dim]`.
     pub keys: Tensor,
+    /// The values, `[B, kv_heads, capacity, head_dim]`.
     pub values: Tensor,
     /// `0..capacity`, i64: compared with the write position on the device.
     slots: Tensor,
 }
 
 impl StaticKvCache {
+    /// An all-zero cache of `capacity` positions on `device`.
     pub fn new(
         batch: usize,
         kv_heads: usize,
@@ -50,6 +53,7 @@ impl StaticKvCache {
         Ok(StaticKvCache { keys, values, slots })
     }
 
+    /// Positions it can hold.
     pub fn capacity(&self) -> usize {
         self.slots.shape()[0]
     }
@@ -94,12 +98,19 @@ impl StaticKvCache {
 
 /// Self-attention with `heads` query heads and `kv_heads` key/value heads of `head_dim`.
 pub struct GroupedQueryAttention {
+    /// Projection to the queries.
     pub q_proj: Linear,
+    /// Projection to the keys.
     pub k_proj: Linear,
+    /// Projection to the values.
     pub v_proj: Linear,
+    /// Projection of the merged heads to the output.
     pub o_proj: Linear,
+    /// Number of query heads.
     pub heads: usize,
+    /// Number of key/value heads.
     pub kv_heads: usize,
+    /// Size of each head.
     pub head_dim: usize,
 }
 
@@ -178,6 +189,7 @@ impl GroupedQueryAttention {
         StaticKvCache::new(batch, self.kv_heads, capacity, self.head_dim, w.dtype(), w.device())
     }
 
+    /// Every parameter with its dotted path (`q_proj.weight`, …).
     pub fn named_parameters(&self) -> Vec<(String, Var)> {
         let mut v = prefixed("q_proj", self.q_proj.named_parameters());
         v.extend(prefixed("k_proj", self.k_proj.named_parameters()));
@@ -189,12 +201,16 @@ impl GroupedQueryAttention {
 
 /// Llama's MLP: `down_proj(silu(gate_proj(x)) * up_proj(x))`.
 pub struct SwiGlu {
+    /// The gate projection, `hidden -> intermediate`.
     pub gate_proj: Linear,
+    /// The up projection, `hidden -> intermediate`.
     pub up_proj: Linear,
+    /// The down projection, `intermediate -> hidden`.
     pub down_proj: Linear,
 }
 
 impl SwiGlu {
+    /// An MLP of `hidden -> intermediate -> hidden`, with biases if `bias`.
     pub fn new(hidden: usize, intermediate: usize, bias: bool, dtype: DType) -> Result<SwiGlu> {
         Ok(SwiGlu {
             gate_proj: Linear::with_options(hidden, intermediate, bias, dtype)?,

@@ -9,15 +9,19 @@ use crate::var::Var;
 
 /// `y = x Wᵀ + b`, weight `[out, in]`, initialised as torch does (uniform ±1/√in).
 pub struct Linear {
+    /// The weight, `[out, in]`.
     pub weight: Var,
+    /// The bias, `[out]`, if any.
     pub bias: Option<Var>,
 }
 
 impl Linear {
+    /// A layer of `inputs -> outputs` with a bias, f32.
     pub fn new(inputs: usize, outputs: usize) -> Result<Linear> {
         Linear::with_options(inputs, outputs, true, DType::F32)
     }
 
+    /// A layer of `inputs -> outputs`, with a bias if `bias`, of `dtype`.
     pub fn with_options(inputs: usize, outputs: usize, bias: bool, dtype: DType) -> Result<Linear> {
         let bound = 1.0 / (inputs.max(1) as f64).sqrt();
         let weight = Var::parameter("weight", uniform(&[outputs, inputs], bound, dtype)?)?;

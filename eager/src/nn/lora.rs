@@ -25,8 +25,11 @@ use crate::var::Var;
 /// `target_modules`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoraConfig {
+    /// The adapter's rank.
     pub r: usize,
+    /// The scale numerator: the update is scaled by `alpha / r`.
     pub alpha: f64,
+    /// Dropout probability on the adapter's input.
     pub dropout: f64,
     /// Layer names; a layer is adapted when its path ends in one (`q_proj` adapts
     /// `model.layers.0.self_attn.q_proj`).
@@ -67,6 +70,7 @@ impl Adapter {
 /// A linear layer with a LoRA adapter (torch's `peft.tuners.lora.Linear`): the base layer
 /// (frozen) and the adapter's `A` and `B` (trainable).
 pub struct LoraLinear {
+    /// The base layer (frozen).
     pub base: Linear,
     adapter: Arc<Adapter>,
 }
@@ -97,10 +101,12 @@ impl LoraLinear {
         Ok(LoraLinear { base: Linear { weight: base.weight.clone(), bias: base.bias.clone() }, adapter })
     }
 
+    /// The adapter's `A`, `[r, in]`.
     pub fn lora_a(&self) -> &Var {
         &self.adapter.a
     }
 
+    /// The adapter's `B`, `[out, r]`.
     pub fn lora_b(&self) -> &Var {
         &self.adapter.b
     }
@@ -164,7 +170,9 @@ impl Linear {
 
 /// A model's LoRA adapters, by layer path (see the module's documentation).
 pub struct Lora {
+    /// The settings the adapters were made with.
     pub config: LoraConfig,
+    /// Each adapted layer with its path.
     pub layers: Vec<(String, LoraLinear)>,
 }
 

@@ -42,6 +42,7 @@ pub use transformer::TransformerBlock;
 
 /// A layer or a model: a forward function and the parameters it trains.
 pub trait Module {
+    /// Runs the layer on `x`.
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 
     /// Every parameter with its dotted path (`0.weight`, `fc2.bias`, …).

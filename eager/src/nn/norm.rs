@@ -14,12 +14,16 @@ use crate::var::Var;
 
 /// Normalises over the last dim to mean 0 and variance 1, then scales and shifts (learned).
 pub struct LayerNorm {
+    /// The learned scale (ones at first).
     pub weight: Var,
+    /// The learned shift (zeros at first).
     pub bias: Var,
+    /// Added to the variance for stability.
     pub eps: f64,
 }
 
 impl LayerNorm {
+    /// A layer norm over a last dim of `dim`, f32.
     pub fn new(dim: usize) -> Result<LayerNorm> {
         Ok(LayerNorm {
             weight: Var::parameter("weight", Tensor::ones(&[dim], DType::F32)?)?,
@@ -112,11 +116,14 @@ fn upcast(x: &Tensor) -> Result<Tensor> {
 
 /// Root-mean-square normalisation with a learned scale (ones), as Llama's `LlamaRMSNorm`.
 pub struct RmsNorm {
+    /// The learned scale.
     pub weight: Var,
+    /// Added to the mean square for stability.
     pub eps: f64,
 }
 
 impl RmsNorm {
+    /// An RMS norm over a last dim of `dim`, with `eps`, of `dtype`.
     pub fn new(dim: usize, eps: f64, dtype: DType) -> Result<RmsNorm> {
         Ok(RmsNorm { weight: Var::parameter("weight", Tensor::ones(&[dim], dtype)?)?, eps })
     }
@@ -212,16 +219,23 @@ pub fn batch_norm(
 /// (ones) and shift (zeros) per channel, running mean (zeros) and variance (ones) as buffers,
 /// momentum 0.1, eps 1e-5; training mode until [`Module::eval`].
 pub struct BatchNorm2d {
+    /// The learned scale per channel.
     pub weight: Var,
+    /// The learned shift per channel.
     pub bias: Var,
+    /// The running mean per channel, used in evaluation.
     pub running_mean: Var,
+    /// The running variance per channel, used in evaluation.
     pub running_var: Var,
+    /// Weight of the new batch's statistics in the running ones.
     pub momentum: f64,
+    /// Added to the variance for stability.
     pub eps: f64,
     training: AtomicBool,
 }
 
 impl BatchNorm2d {
+    /// A batch norm of `channels` channels, f32.
     pub fn new(channels: usize) -> Result<BatchNorm2d> {
         Ok(BatchNorm2d {
             weight: Var::parameter("weight", Tensor::ones(&[channels], DType::F32)?)?,

@@ -13,10 +13,22 @@ pub enum RopeScaling {
     /// `rope_type: "default"`: `1 / theta^(2i/d)`.
     Default,
     /// `rope_type: "linear"`: positions divided by `factor` (the frequencies are).
-    Linear { factor: f64 },
+    Linear {
+        /// The divisor of the positions.
+        factor: f64,
+    },
     /// `rope_type: "llama3"`: low frequencies divided by `factor`, high ones kept, a smooth
     /// blend between (Llama 3.1's long-context scheme).
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: f64 },
+    Llama3 {
+        /// The divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` count as low.
+        low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` count as high.
+        high_freq_factor: f64,
+        /// The context length the model was trained on.
+        original_max_position_embeddings: f64,
+    },
 }
 
 /// The rotary embedding of one attention layer's head dim: inverse frequencies `[dim / 2]`.
@@ -24,10 +36,12 @@ pub enum RopeScaling {
 pub struct RotaryEmbedding {
     /// `1 / theta^(2i/dim)` after scaling, f32 as transformers keeps them.
     pub inv_freq: Vec<f32>,
+    /// The head dim.
     pub dim: usize,
 }
 
 impl RotaryEmbedding {
+    /// The inverse frequencies of a head dim `dim` (even) for base `theta`, scaled by `scaling`.
     pub fn new(dim: usize, theta: f64, scaling: &RopeScaling) -> Result<RotaryEmbedding> {
         if dim == 0 || !dim.is_multiple_of(2) || theta <= 0.0 || theta.is_nan() {
             let msg = format!("needs an even head dim and theta > 0, got dim {dim} and theta {theta}");

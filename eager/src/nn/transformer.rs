@@ -8,10 +8,15 @@ use crate::var::Var;
 /// A pre-norm transformer block (GPT-2's): `x + attn(ln1(x))`, then `h + mlp(ln2(h))` with a
 /// GELU (exact) MLP of `dim -> hidden -> dim`. Inputs `[B, T, dim]`.
 pub struct TransformerBlock {
+    /// The norm before attention.
     pub ln1: LayerNorm,
+    /// The self-attention.
     pub attn: MultiheadAttention,
+    /// The norm before the MLP.
     pub ln2: LayerNorm,
+    /// The MLP's first layer, `dim -> hidden`.
     pub fc: Linear,
+    /// The MLP's second layer, `hidden -> dim`.
     pub proj: Linear,
 }
 
@@ -21,6 +26,7 @@ impl TransformerBlock {
         TransformerBlock::with_options(dim, heads, 4 * dim, true)
     }
 
+    /// A block with an MLP of `hidden`, causal attention if `causal`.
     pub fn with_options(dim: usize, heads: usize, hidden: usize, causal: bool) -> Result<TransformerBlock> {
         Ok(TransformerBlock {
             ln1: LayerNorm::new(dim)?,
