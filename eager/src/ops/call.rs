@@ -22,9 +22,13 @@ pub(crate) enum ValueDef {
 /// A compiled function's StableHLO module, with its signature.
 #[derive(Debug)]
 pub struct Program {
+    /// The function's name.
     pub name: &'static str,
+    /// The StableHLO module's text.
     pub text: String,
+    /// The specs of the parameters.
     pub params: Vec<Spec>,
+    /// The specs of the results.
     pub outputs: Vec<Spec>,
     /// Ops traced into it.
     pub ops: usize,
@@ -98,6 +102,7 @@ impl Program {
 /// A call of a compiled function's program.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Call {
+    /// The program called.
     pub program: Arc<Program>,
 }
 

@@ -33,7 +33,9 @@ pub type Pads = Vec<[usize; 2]>;
 /// A convolution (see the module docs); every attribute has one entry per spatial dim.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Conv {
+    /// Window stride per spatial dim.
     pub stride: Vec<usize>,
+    /// Zero padding per spatial dim.
     pub padding: Pads,
     /// Dilation of the input (`lhs_dilation`): only gradients and transposed convs use it.
     pub lhs_dilation: Vec<usize>,
@@ -312,6 +314,7 @@ fn trim<T: Operand>(v: &T, dim: usize, dil: usize, lo: isize, hi: isize) -> Resu
 /// Reverses the order of elements along `dims` (`stablehlo.reverse`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Flip {
+    /// The dims to reverse.
     pub dims: Vec<usize>,
 }
 

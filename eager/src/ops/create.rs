@@ -12,6 +12,7 @@ use super::{check_arity, none, one, Accepts, Grads, Op, OpDef, Operand};
 /// The scalar input broadcast to `shape` (zeros, ones, full).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Fill {
+    /// The result's shape.
     pub shape: Shape,
 }
 
@@ -40,7 +41,9 @@ impl OpDef for Fill {
 /// `start + step * [0, 1, …, n-1]`; start and step are scalar inputs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Arange {
+    /// Number of elements.
     pub n: usize,
+    /// The result's dtype.
     pub dtype: DType,
 }
 
@@ -75,8 +78,11 @@ impl OpDef for Arange {
 /// The `n x m` matrix with ones on the diagonal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Eye {
+    /// Number of rows.
     pub n: usize,
+    /// Number of columns.
     pub m: usize,
+    /// The result's dtype.
     pub dtype: DType,
 }
 

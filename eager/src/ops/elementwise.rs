@@ -27,9 +27,11 @@ macro_rules! elementwise {
     }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $enum { $($variant),* }
+        pub enum $enum { $(#[doc = concat!("The `", $name, "` op.")] $variant),* }
         impl $enum {
+            /// Every op of the family.
             pub const ALL: &'static [$enum] = &[$($enum::$variant),*];
+            /// The op's name (`exp`, `add`, …).
             pub fn name(self) -> &'static str { match self { $($enum::$variant => $name),* } }
             fn hlo(self) -> $lower { match self { $($enum::$variant => $hlo),* } }
             fn accepts(self) -> Accepts { match self { $($enum::$variant => Accepts::$accepts),* } }
@@ -295,7 +297,9 @@ impl OpDef for Where {
 /// `diagonal`-th diagonal of the last two dims (0 the main one, > 0 above it), zeros elsewhere.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Triangle {
+    /// Which diagonal: 0 the main one, > 0 above it, < 0 below.
     pub diagonal: i64,
+    /// Whether to keep the upper triangle (`triu`) rather than the lower (`tril`).
     pub upper: bool,
 }
 
@@ -343,6 +347,7 @@ impl OpDef for Triangle {
 /// Conversion to another dtype (XLA's `convert`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cast {
+    /// The target dtype.
     pub to: DType,
 }
 

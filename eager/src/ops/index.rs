@@ -19,7 +19,9 @@ use super::{check_arity, Accepts, Checks, Dims, Grads, Op, OpDef, Operand};
 /// indices computed on the device; those from the host are checked before dispatch).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IndexSelect {
+    /// The dim indexed.
     pub dim: usize,
+    /// Whether the module also returns a check of the indices.
     pub check: bool,
 }
 
@@ -144,7 +146,9 @@ impl OpDef for IndexSelect {
 /// `check` as for [`IndexSelect`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Gather {
+    /// The dim indexed.
     pub dim: usize,
+    /// Whether the module also returns a check of the indices.
     pub check: bool,
 }
 
@@ -152,7 +156,9 @@ pub struct Gather {
 /// `scatter_add`): `out[idx[i][j]][j] += src[i][j]` for `dim` 0; repeated indices add up.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ScatterAdd {
+    /// The dim indexed.
     pub dim: usize,
+    /// Whether the module also returns a check of the indices.
     pub check: bool,
 }
 

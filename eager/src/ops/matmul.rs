@@ -21,7 +21,9 @@ use super::{
 /// `lhs_t` / `rhs_t` say so.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Matmul {
+    /// Whether the left operand is read with its last two dims swapped.
     pub lhs_t: bool,
+    /// Whether the right operand is read with its last two dims swapped.
     pub rhs_t: bool,
 }
 

@@ -265,11 +265,15 @@ macro_rules! ops {
 }
 
 ops! {
+    /// An elementwise op of one tensor.
     Unary(Unary),
+    /// Elementwise arithmetic of two tensors, broadcasting.
     Binary(Binary),
+    /// An elementwise comparison of two tensors, broadcasting, giving bool.
     Compare(Compare),
     /// `where(cond, a, b)`, broadcasting all three.
     Where(Where),
+    /// Conversion to another dtype.
     Cast(Cast),
     /// The lower (`tril`) or upper (`triu`) triangle of the last two dims, zeros elsewhere.
     Triangle(Triangle),
@@ -283,22 +287,37 @@ ops! {
     Pool(Pool),
     /// Max pooling's gradient (`select_and_scatter`).
     MaxPoolGrad(MaxPoolGrad),
+    /// A reduction over dims (sum, mean, max, min, argmax, argmin).
     Reduce(Reduce),
     /// A running sum or product along a dim.
     Scan(Scan),
+    /// The positions that sort the input along a dim.
     Argsort(Argsort),
+    /// The same elements in another shape.
     Reshape(Reshape),
+    /// Dims reordered.
     Permute(Permute),
+    /// NumPy broadcast to a shape.
     BroadcastTo(BroadcastTo),
+    /// Strided slice of every dim.
     Slice(Slice),
+    /// Zero padding around and between elements.
     Pad(Pad),
+    /// Tensors joined along a dim.
     Concat(Concat),
+    /// Slices of the input at indices along a dim.
     IndexSelect(IndexSelect),
+    /// Elements picked along a dim by an index tensor.
     Gather(Gather),
+    /// Elements added at the places an index tensor names along a dim.
     ScatterAdd(ScatterAdd),
+    /// A scalar broadcast to a shape.
     Fill(Fill),
+    /// `start + step * [0, 1, …, n-1]`.
     Arange(Arange),
+    /// An identity matrix.
     Eye(Eye),
+    /// Random numbers from the on-device generator.
     Random(Random),
     /// The same values with their split over the mesh pinned (a Shardy constraint).
     Shard(Shard),

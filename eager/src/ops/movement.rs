@@ -16,6 +16,7 @@ use super::{
 /// The same elements in another shape (row-major).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Reshape {
+    /// The result's shape.
     pub shape: Shape,
 }
 
@@ -72,6 +73,7 @@ impl OpDef for Reshape {
 /// Dims reordered: result dim `i` is input dim `perm[i]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Permute {
+    /// Result dim `i` is input dim `perm[i]`.
     pub perm: Dims,
 }
 
@@ -118,6 +120,7 @@ impl OpDef for Permute {
 /// NumPy broadcast to `shape`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BroadcastTo {
+    /// The result's shape.
     pub shape: Shape,
 }
 
@@ -151,8 +154,11 @@ impl OpDef for BroadcastTo {
 /// Strided slice of every dim.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Slice {
+    /// First index per dim.
     pub starts: Dims,
+    /// End index (exclusive) per dim.
     pub limits: Dims,
+    /// Step per dim.
     pub strides: Dims,
 }
 
@@ -218,8 +224,11 @@ pub(crate) fn slice_attr(starts: &[usize], limits: &[usize], strides: &[usize]) 
 /// Zeros around every dim: `low` before, `high` after and `interior` between elements.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Pad {
+    /// Zeros before each dim.
     pub low: Dims,
+    /// Zeros after each dim.
     pub high: Dims,
+    /// Zeros between elements of each dim.
     pub interior: Dims,
 }
 
@@ -269,6 +278,7 @@ impl OpDef for Pad {
 /// Tensors joined along `dim`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Concat {
+    /// The dim joined along.
     pub dim: usize,
 }
 

@@ -24,18 +24,24 @@ pub type PoolPads = Vec<[usize; 2]>;
 /// What a pool reduces with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PoolKind {
+    /// The maximum of each window.
     Max,
+    /// The sum of each window.
     Sum,
 }
 
 /// A window reduction; every attribute has one entry per dim of the input.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Pool {
+    /// What the windows reduce with.
     pub kind: PoolKind,
+    /// Window size per dim.
     pub window: Vec<usize>,
+    /// Window stride per dim.
     pub stride: Vec<usize>,
     /// Dilation of the input (`base_dilations`): only sum pooling's gradient uses it.
     pub base_dilation: Vec<usize>,
+    /// Padding per dim, `[before, after]`.
     pub padding: PoolPads,
 }
 
@@ -184,8 +190,11 @@ fn pads_attr(p: &PoolPads) -> String {
 /// `x` (NaN counts as the max), via `stablehlo.select_and_scatter`. Inputs: `x`, `g`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MaxPoolGrad {
+    /// Window size per dim.
     pub window: Vec<usize>,
+    /// Window stride per dim.
     pub stride: Vec<usize>,
+    /// Padding per dim, `[before, after]`.
     pub padding: PoolPads,
 }
 

@@ -24,8 +24,11 @@ pub enum Dist {
 /// Random numbers of `shape` and `dtype` from the `u64[2]` state input (ThreeFry).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Random {
+    /// The distribution drawn from.
     pub dist: Dist,
+    /// The result's shape.
     pub shape: Shape,
+    /// The result's dtype.
     pub dtype: DType,
 }
 

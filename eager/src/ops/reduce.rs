@@ -19,19 +19,28 @@ use super::{check_arity, none, one, signed, Accepts, DimSources, Dims, Grads, Op
 /// What a reduction computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceKind {
+    /// The sum.
     Sum,
+    /// The mean.
     Mean,
+    /// The maximum.
     Max,
+    /// The minimum.
     Min,
+    /// The position (i64) of the maximum.
     ArgMax,
+    /// The position (i64) of the minimum.
     ArgMin,
 }
 
 /// A reduction over `dims` (sorted, unique, non-empty).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Reduce {
+    /// What is computed.
     pub kind: ReduceKind,
+    /// The dims reduced over.
     pub dims: Dims,
+    /// Whether reduced dims stay, with size 1.
     pub keepdim: bool,
 }
 

@@ -14,7 +14,9 @@ use super::{check_arity, one, Accepts, Grads, Op, OpDef, Operand};
 /// What a scan accumulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScanKind {
+    /// A running sum.
     Sum,
+    /// A running product.
     Prod,
 }
 
@@ -22,8 +24,11 @@ pub enum ScanKind {
 /// is the reverse scan).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Scan {
+    /// What is accumulated.
     pub kind: ScanKind,
+    /// The dim scanned along.
     pub dim: usize,
+    /// Whether the scan runs from the end.
     pub reverse: bool,
 }
 

@@ -16,6 +16,7 @@ use super::{check_arity, one, DimSources, Grads, OpDef, Operand};
 /// end unsplit).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Shard {
+    /// The mesh axes each dim is split over.
     pub axes: Vec<Vec<String>>,
 }
 

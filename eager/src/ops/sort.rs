@@ -17,7 +17,9 @@ use super::{check_arity, none, Grads, OpDef, Operand};
 /// order. Ascending, or `descending`; NaN counts as larger than every number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Argsort {
+    /// The dim sorted along.
     pub dim: usize,
+    /// Whether the order is descending.
     pub descending: bool,
 }
 

@@ -17,8 +17,11 @@ use super::Tensor;
 /// How [`Tensor::all_reduce`] combines the blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reduction {
+    /// The sum of the blocks.
     Sum,
+    /// Their mean.
     Mean,
+    /// Their elementwise maximum.
     Max,
 }
 

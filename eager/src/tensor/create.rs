@@ -18,6 +18,7 @@ impl Tensor {
         Tensor::from_slice_on(data, shape, runtime::default_device())
     }
 
+    /// A tensor of `shape` from row-major `data`, on `device`.
     pub fn from_slice_on<T: Element>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
         let spec = Spec::new(shape, T::DTYPE);
         let Some((n, _)) = spec.checked_size() else {
@@ -73,26 +74,32 @@ impl Tensor {
         Tensor::from_slice(&data, a.shape())
     }
 
+    /// A tensor of `shape` filled with `value`, on the default device.
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         Tensor::full_on(shape, value, dtype, runtime::default_device())
     }
 
+    /// A tensor of `shape` filled with `value`, on `device`.
     pub fn full_on(shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         CreateOps::full_on(shape, value, dtype, device)
     }
 
+    /// Zeros of `shape`, on the default device.
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::full(shape, 0.0, dtype)
     }
 
+    /// Ones of `shape`, on the default device.
     pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::full(shape, 1.0, dtype)
     }
 
+    /// Zeros of this tensor's shape, dtype and device.
     pub fn zeros_like(&self) -> Result<Tensor> {
         CreateOps::zeros_like(self)
     }
 
+    /// Ones of this tensor's shape, dtype and device.
     pub fn ones_like(&self) -> Result<Tensor> {
         CreateOps::ones_like(self)
     }
@@ -102,6 +109,7 @@ impl Tensor {
         Tensor::arange_on(start, end, step, dtype, runtime::default_device())
     }
 
+    /// [`Tensor::arange`] on `device`.
     pub fn arange_on(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
         CreateOps::arange_on(start, end, step, dtype, device)
     }
@@ -111,6 +119,7 @@ impl Tensor {
         Tensor::eye_on(n, n, dtype, runtime::default_device())
     }
 
+    /// The `n x m` identity on `device`.
     pub fn eye_on(n: usize, m: usize, dtype: DType, device: Device) -> Result<Tensor> {
         CreateOps::eye_on(n, m, dtype, device)
     }
@@ -125,6 +134,7 @@ impl Tensor {
         Tensor::random_on(Dist::Normal, shape, dtype, runtime::default_device())
     }
 
+    /// Random numbers of `dist`, generated on `device`.
     pub fn random_on(dist: Dist, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         RandomOps::random_on(dist, shape, dtype, device)
     }

@@ -48,15 +48,21 @@ forward! {
     neg() => ElementwiseOps;
     /// `|x|` (the value itself for unsigned ints).
     abs() => ElementwiseOps;
+    /// `e^x`.
     exp() => ElementwiseOps;
     /// Natural log (NaN below 0, -inf at 0).
     log() => ElementwiseOps;
+    /// Square root (NaN below 0).
     sqrt() => ElementwiseOps;
     /// `1 / sqrt(x)`.
     rsqrt() => ElementwiseOps;
+    /// Hyperbolic tangent.
     tanh() => ElementwiseOps;
+    /// `1 / (1 + e^-x)`.
     sigmoid() => ElementwiseOps;
+    /// Sine (radians).
     sin() => ElementwiseOps;
+    /// Cosine (radians).
     cos() => ElementwiseOps;
     /// `max(x, 0)`.
     relu() => ElementwiseOps;
@@ -66,7 +72,9 @@ forward! {
     log1p() => ElementwiseOps;
     /// `exp(x) - 1`, exact near 0.
     expm1() => ElementwiseOps;
+    /// The largest integer not above `x`.
     floor() => ElementwiseOps;
+    /// The smallest integer not below `x`.
     ceil() => ElementwiseOps;
     /// To the nearest integer, halves to even (`0.5 -> 0`, `1.5 -> 2`), as torch.
     round() => ElementwiseOps;
@@ -112,17 +120,27 @@ forward! {
     minimum_scalar(other: f64) => ElementwiseOps;
     /// `self == other` elementwise (broadcasting), as bool.
     eq(other: &Tensor) => ElementwiseOps;
+    /// `self != other` elementwise (broadcasting), as bool.
     ne(other: &Tensor) => ElementwiseOps;
+    /// `self < other` elementwise (broadcasting), as bool.
     lt(other: &Tensor) => ElementwiseOps;
+    /// `self <= other` elementwise (broadcasting), as bool.
     le(other: &Tensor) => ElementwiseOps;
+    /// `self > other` elementwise (broadcasting), as bool.
     gt(other: &Tensor) => ElementwiseOps;
+    /// `self >= other` elementwise (broadcasting), as bool.
     ge(other: &Tensor) => ElementwiseOps;
     /// Comparisons with a scalar converted to this tensor's dtype.
     eq_scalar(other: f64) => ElementwiseOps;
+    /// `self != other` with a scalar, as bool.
     ne_scalar(other: f64) => ElementwiseOps;
+    /// `self < other` with a scalar, as bool.
     lt_scalar(other: f64) => ElementwiseOps;
+    /// `self <= other` with a scalar, as bool.
     le_scalar(other: f64) => ElementwiseOps;
+    /// `self > other` with a scalar, as bool.
     gt_scalar(other: f64) => ElementwiseOps;
+    /// `self >= other` with a scalar, as bool.
     ge_scalar(other: f64) => ElementwiseOps;
     /// The lower triangle of the last two dims: elements on and below the `diagonal`-th
     /// diagonal (0 the main one, 1 the one above, -1 the one below), zeros elsewhere (torch's).

@@ -279,21 +279,27 @@ impl Tensor {
         self.completion().verify(&self.describe())?;
         Ok(self)
     }
+    /// Shape and dtype.
     pub fn spec(&self) -> &Spec {
         &self.inner.spec
     }
+    /// Dims, outermost first.
     pub fn shape(&self) -> &[usize] {
         &self.inner.spec.shape
     }
+    /// Element type.
     pub fn dtype(&self) -> DType {
         self.inner.spec.dtype
     }
+    /// The device it lives on.
     pub fn device(&self) -> Device {
         self.inner.device
     }
+    /// Number of dims.
     pub fn rank(&self) -> usize {
         self.inner.spec.rank()
     }
+    /// Element count.
     pub fn numel(&self) -> usize {
         self.inner.spec.numel()
     }

@@ -56,6 +56,7 @@ impl Tensor {
         Ok(self.to_vec::<T>()?[0])
     }
 
+    /// The values copied to the host as an n-dimensional array.
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         let v = self.to_vec::<T>()?;
         Ok(ArrayD::from_shape_vec(IxDyn(self.shape()), v).expect("shape matches numel"))
