@@ -91,6 +91,7 @@ pub struct NoGradGuard {
 }
 
 impl NoGradGuard {
+    /// Opens a scope without gradient recording; it ends when the guard drops.
     pub fn new() -> NoGradGuard {
         grad_mode().enter();
         NoGradGuard { _not_send: std::marker::PhantomData }

@@ -27,7 +27,9 @@ use crate::shared::{lock, Shared};
 /// What identifies one compiled program.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OpKey {
+    /// The op with its attributes.
     pub op: Op,
+    /// The specs of the inputs.
     pub inputs: SmallVec<[Spec; 3]>,
     /// The device; for an SPMD program, its mesh's first.
     pub device: Device,
@@ -39,6 +41,7 @@ pub struct OpKey {
 /// persistent cache's key too).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Partitioned {
+    /// The mesh the program runs over.
     pub mesh: Mesh,
     /// The Shardy annotation of each input.
     pub inputs: SmallVec<[String; 3]>,
@@ -58,6 +61,7 @@ impl OpKey {
 /// Counters of one key.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KeyStats {
+    /// Calls executed from memory.
     pub hits: u64,
     /// Compiles.
     pub misses: u64,
@@ -74,14 +78,18 @@ pub struct KeyStats {
 /// One cached program, as [`entries`] lists it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EntryStats {
+    /// The program's op: name, attributes, specs, device.
     pub info: Arc<OpInfo>,
+    /// The key's counters.
     pub stats: KeyStats,
 }
 
 /// Totals over the cache's life (since the last [`clear`]).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CacheStats {
+    /// Programs in the cache now.
     pub entries: usize,
+    /// Most programs the cache holds.
     pub capacity: usize,
     /// Executed from memory.
     pub hits: u64,
@@ -90,6 +98,7 @@ pub struct CacheStats {
     /// Loaded from the persistent cache instead of compiled.
     #[serde(default)]
     pub disk_hits: u64,
+    /// Programs evicted to make room.
     pub evictions: u64,
     /// Time spent compiling.
     pub compile_ns: u64,
@@ -100,6 +109,7 @@ pub struct CacheStats {
     #[serde(default)]
     pub swaps: u64,
     #[serde(default)]
+    /// Time the background compiles of the optimized tier took.
     pub promote_ns: u64,
     /// Of the misses and disk loads, those fetched ahead of their dispatch, side by side (the
     /// first backward pass and optimizer step of a loop).
@@ -191,6 +201,7 @@ pub struct TierSwap {
     pub info: Arc<OpInfo>,
     /// Calls at the quick tier before it turned hot, and their device time.
     pub calls: u64,
+    /// Device time of those calls, in milliseconds.
     pub device_ms: f64,
     /// The background compile (or load) of the optimized tier.
     pub compile_ms: f64,

@@ -7,14 +7,19 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
+    /// The host CPU.
     Cpu,
+    /// A Google TPU.
     Tpu,
+    /// An NVIDIA GPU.
     Cuda,
 }
 
 impl DeviceKind {
+    /// Every device kind.
     pub const ALL: [DeviceKind; 3] = [DeviceKind::Cpu, DeviceKind::Tpu, DeviceKind::Cuda];
 
+    /// The kind's lowercase name: `cpu`, `tpu`, `cuda`.
     pub fn name(self) -> &'static str {
         match self {
             DeviceKind::Cpu => "cpu",
@@ -45,20 +50,26 @@ impl FromStr for DeviceKind {
 /// One device: `cpu:0`, `tpu:3`, `cuda:1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Device {
+    /// The device's kind.
     pub kind: DeviceKind,
+    /// Its index among the devices of its kind.
     pub index: usize,
 }
 
 impl Device {
+    /// Device `index` of `kind`.
     pub const fn new(kind: DeviceKind, index: usize) -> Device {
         Device { kind, index }
     }
+    /// The host CPU, `cpu:0`.
     pub const fn cpu() -> Device {
         Device::new(DeviceKind::Cpu, 0)
     }
+    /// TPU `index`.
     pub const fn tpu(index: usize) -> Device {
         Device::new(DeviceKind::Tpu, index)
     }
+    /// CUDA GPU `index`.
     pub const fn cuda(index: usize) -> Device {
         Device::new(DeviceKind::Cuda, index)
     }

@@ -65,9 +65,13 @@ fn configured_max_bytes() -> u64 {
 /// What is on disk now.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DiskStats {
+    /// The cache's directory.
     pub dir: PathBuf,
+    /// Programs stored.
     pub entries: usize,
+    /// Bytes stored.
     pub bytes: u64,
+    /// The cap on bytes stored.
     pub max_bytes: u64,
 }
 

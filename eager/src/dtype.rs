@@ -6,16 +6,25 @@ use half::{bf16, f16};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// Boolean (one byte).
     Bool,
+    /// Unsigned 8-bit integer.
     U8,
+    /// Signed 32-bit integer.
     I32,
+    /// Signed 64-bit integer.
     I64,
+    /// IEEE half precision.
     F16,
+    /// bfloat16.
     BF16,
+    /// IEEE single precision.
     F32,
+    /// IEEE double precision.
     F64,
     /// Used for random-number state; rarely needed by users.
     U32,
+    /// Unsigned 64-bit integer.
     U64,
 }
 
@@ -82,6 +91,7 @@ impl DType {
         }
     }
 
+    /// Bytes per element.
     pub fn size_in_bytes(self) -> usize {
         match self {
             DType::Bool | DType::U8 => 1,
@@ -91,14 +101,17 @@ impl DType {
         }
     }
 
+    /// Whether it is a floating-point type.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
     }
 
+    /// Whether it is an integer type (signed or not; not bool).
     pub fn is_int(self) -> bool {
         matches!(self, DType::U8 | DType::I32 | DType::I64 | DType::U32 | DType::U64)
     }
 
+    /// Whether it is a signed integer type.
     pub fn is_signed_int(self) -> bool {
         matches!(self, DType::I32 | DType::I64)
     }
@@ -129,8 +142,11 @@ impl std::fmt::Display for DType {
 
 /// A Rust type that is the host form of a [`DType`].
 pub trait Element: Copy + Send + Sync + std::fmt::Debug + 'static {
+    /// The dtype this type holds.
     const DTYPE: DType;
+    /// The value as an `f64`.
     fn to_f64(self) -> f64;
+    /// `v` converted to this type.
     fn from_f64(v: f64) -> Self;
 }
 

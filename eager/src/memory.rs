@@ -29,9 +29,13 @@ use crate::shared::{lock, Shared};
 /// One live tensor buffer: its size, where it is, what it is and the op that made it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LiveTensor {
+    /// Bytes the buffer holds.
     pub bytes: u64,
+    /// The device it lives on.
     pub device: Device,
+    /// Its dtype.
     pub dtype: DType,
+    /// Its shape.
     pub shape: Vec<usize>,
     /// The op that made it (`matmul`, …; `upload` for a copy from the host, `to` for one from
     /// another device).
@@ -55,7 +59,9 @@ impl LiveTensor {
 /// Everything the ledger knows, for charts and `:memory`.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MemorySnapshot {
+    /// Bytes live tensors hold now, all devices together.
     pub live_bytes: u64,
+    /// The most bytes live at once so far.
     pub peak_bytes: u64,
     /// When the peak was reached (ns since the ledger's start).
     pub peak_ns: u64,
@@ -309,6 +315,7 @@ pub fn set_limit(bytes: Option<u64>) {
     LEDGER.get().limit.store(bytes.unwrap_or(0), Ordering::Relaxed);
 }
 
+/// The cap set by [`set_limit`], if any.
 pub fn limit() -> Option<u64> {
     Some(LEDGER.get().limit.load(Ordering::Relaxed)).filter(|&b| b > 0)
 }

@@ -69,6 +69,7 @@ impl Mesh {
         Ok(mesh)
     }
 
+    /// The mesh's named axes and their sizes.
     pub fn axes(&self) -> &[(String, usize)] {
         &self.inner.axes
     }
@@ -213,10 +214,12 @@ impl PartitionSpec {
         self.dims.get(d).map_or(&[], |v| v.as_slice())
     }
 
+    /// Dims the spec names (its rank).
     pub fn len(&self) -> usize {
         self.dims.len()
     }
 
+    /// Whether the spec names no dims.
     pub fn is_empty(&self) -> bool {
         self.dims.is_empty()
     }
@@ -286,10 +289,12 @@ impl Sharding {
         Ok(Sharding { mesh: mesh.clone(), spec: PartitionSpec::from_dims(spec.dims.clone()) })
     }
 
+    /// The mesh the tensor lies over.
     pub fn mesh(&self) -> &Mesh {
         &self.mesh
     }
 
+    /// Which mesh axes split which dims.
     pub fn spec(&self) -> &PartitionSpec {
         &self.spec
     }

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use crate::var::Var;
 
+/// An optimizer: updates its parameters from their gradients.
 pub trait Optimizer {
     /// Updates every parameter that has a gradient.
     fn step(&self) -> Result<()>;
@@ -79,18 +80,23 @@ fn zero_state(p: &Var, what: &str) -> Result<Var> {
 /// `v = μ v + g`, `p -= lr v`).
 pub struct Sgd {
     params: Vec<Var>,
+    /// Learning rate.
     pub lr: f64,
+    /// Momentum factor `μ` (0: none).
     pub momentum: f64,
+    /// L2 penalty added to the gradient.
     pub weight_decay: f64,
     velocity: Vec<Option<Var>>,
     ahead: AheadMark,
 }
 
 impl Sgd {
+    /// Plain SGD over `params` with learning rate `lr`.
     pub fn new(params: Vec<Var>, lr: f64) -> Sgd {
         Sgd::with_momentum(params, lr, 0.0).expect("no state to create")
     }
 
+    /// SGD over `params` with learning rate `lr` and `momentum`.
     pub fn with_momentum(params: Vec<Var>, lr: f64, momentum: f64) -> Result<Sgd> {
         let params = trainable(params);
         let velocity = params
@@ -132,9 +138,13 @@ impl Optimizer for Sgd {
 /// Adam, and AdamW with decoupled weight decay (torch's `Adam` / `AdamW`), bias-corrected.
 pub struct Adam {
     params: Vec<Var>,
+    /// Learning rate.
     pub lr: f64,
+    /// Decay rates of the running averages of the gradient and its square.
     pub betas: (f64, f64),
+    /// Added to the denominator for stability.
     pub eps: f64,
+    /// Weight decay (added to the gradient for Adam, applied to the weights for AdamW).
     pub weight_decay: f64,
     /// AdamW: decay the weights directly instead of adding to the gradient.
     decoupled: bool,
@@ -148,6 +158,7 @@ pub struct Adam {
 }
 
 impl Adam {
+    /// Adam over `params` with learning rate `lr` and no weight decay.
     pub fn new(params: Vec<Var>, lr: f64) -> Result<Adam> {
         Adam::build(params, lr, 0.0, false)
     }

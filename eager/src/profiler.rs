@@ -17,10 +17,15 @@ use crate::shared::{lock, Shared};
 /// all events of one cache key, so recording an event copies one pointer.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OpInfo {
+    /// The op's name (or the transfer's).
     pub name: &'static str,
+    /// The op's attributes, as printed.
     pub attrs: String,
+    /// The specs of the inputs.
     pub inputs: Vec<Spec>,
+    /// The spec of the output.
     pub output: Spec,
+    /// The device it ran on.
     pub device: Device,
     /// For an SPMD program: the mesh it ran over (`device` is the mesh's first device).
     #[serde(default)]
@@ -34,7 +39,9 @@ pub struct OpInfo {
 /// `devices[i]`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MeshInfo {
+    /// The mesh's named axes and their sizes.
     pub axes: Vec<(String, usize)>,
+    /// The mesh's devices, partition `i` on `devices[i]`.
     pub devices: Vec<Device>,
     /// The partition specs of the inputs then the results (`P("data")`, `P()`).
     #[serde(default)]
@@ -118,8 +125,11 @@ pub(crate) fn intern(name: String) -> &'static str {
 pub enum EventKind {
     /// An op run through the compile cache.
     Op,
+    /// A transfer from the host to a device.
     HostToDevice,
+    /// A transfer from a device to the host.
     DeviceToHost,
+    /// A transfer between devices.
     DeviceToDevice,
 }
 
@@ -139,7 +149,9 @@ pub enum CacheOutcome {
 pub struct Event {
     /// Position in the process's sequence of events (never reused, survives `reset`).
     pub seq: u64,
+    /// What was dispatched: an op or a transfer.
     pub kind: EventKind,
+    /// The op (or transfer): name, attributes, specs, device.
     pub info: Arc<OpInfo>,
     /// `Some` for ops, `None` for transfers.
     pub cache: Option<CacheOutcome>,
@@ -156,12 +168,15 @@ pub struct Event {
 }
 
 impl Event {
+    /// Whether the executable was found in the in-memory cache.
     pub fn is_hit(&self) -> bool {
         self.cache == Some(CacheOutcome::Hit)
     }
+    /// Whether the op was compiled now.
     pub fn is_miss(&self) -> bool {
         self.cache == Some(CacheOutcome::Miss)
     }
+    /// Whether the executable was loaded from the persistent cache.
     pub fn is_disk_hit(&self) -> bool {
         self.cache == Some(CacheOutcome::DiskHit)
     }
@@ -169,12 +184,15 @@ impl Event {
     pub fn total_ns(&self) -> u64 {
         self.compile_ns + self.execute_ns
     }
+    /// End, in nanoseconds since the profiler's epoch.
     pub fn end_ns(&self) -> u64 {
         self.start_ns + self.total_ns()
     }
+    /// The op's (or transfer's) name.
     pub fn name(&self) -> &'static str {
         self.info.name
     }
+    /// The device it ran on.
     pub fn device(&self) -> Device {
         self.info.device
     }
@@ -371,7 +389,9 @@ pub fn next_seq() -> u64 {
 /// number as the front end shows it, `In [3]`), until the next mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CellMark {
+    /// The first event's position in the sequence of events.
     pub seq: u64,
+    /// The cell's number as the front end shows it.
     pub cell: u64,
 }
 
@@ -449,6 +469,7 @@ impl Drop for Hold {
     }
 }
 
+/// How many events the log keeps.
 pub fn capacity() -> usize {
     lock(&profiler().log).capacity
 }
@@ -458,6 +479,7 @@ pub fn set_enabled(on: bool) {
     profiler().enabled.store(on, Ordering::Relaxed);
 }
 
+/// Whether recording is on.
 pub fn is_enabled() -> bool {
     profiler().enabled.load(Ordering::Relaxed)
 }

@@ -10,20 +10,26 @@ pub type Shape = SmallVec<[usize; 4]>;
 /// Shape and dtype of a tensor: what an op's rule checks and what a cache key holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Spec {
+    /// Dims, outermost first.
     pub shape: Shape,
+    /// Element type.
     pub dtype: DType,
 }
 
 impl Spec {
+    /// The spec of `shape` and `dtype`.
     pub fn new(shape: &[usize], dtype: DType) -> Spec {
         Spec { shape: shape.into(), dtype }
     }
+    /// Element count.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+    /// Number of dims.
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
+    /// Bytes the elements take.
     pub fn size_in_bytes(&self) -> usize {
         self.numel() * self.dtype.size_in_bytes()
     }

@@ -32,6 +32,7 @@ pub struct Shared<T: 'static> {
 }
 
 impl<T: Send + Sync + 'static> Shared<T> {
+    /// A process-wide value named `name`, made by `make` on first use.
     pub const fn new(name: &'static str, make: fn() -> T) -> Shared<T> {
         Shared { name, make, local: OnceLock::new() }
     }

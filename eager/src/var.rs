@@ -73,10 +73,12 @@ impl Var {
         self.inner.parameter && !self.inner.frozen.load(Ordering::Relaxed)
     }
 
+    /// The variable's name.
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
+    /// Whether it is a parameter (takes gradients unless frozen).
     pub fn is_parameter(&self) -> bool {
         self.inner.parameter
     }
@@ -124,6 +126,7 @@ impl Var {
         self.get().grad()
     }
 
+    /// Drops the gradient accumulated into the current value.
     pub fn zero_grad(&self) {
         self.get().zero_grad()
     }

@@ -40,8 +40,11 @@ struct State {
 /// is inf or NaN) and `update()` once per iteration.
 #[derive(Debug)]
 pub struct GradScaler {
+    /// The scale's factor after `growth_interval` steps without inf or NaN.
     pub growth_factor: f64,
+    /// The scale's factor after a step with inf or NaN.
     pub backoff_factor: f64,
+    /// Good steps in a row before the scale grows.
     pub growth_interval: u64,
     enabled: bool,
     state: std::sync::Mutex<State>,
@@ -64,6 +67,7 @@ impl GradScaler {
         GradScaler::with_options(65536.0, 2.0, 0.5, 2000)
     }
 
+    /// A scaler starting at `init_scale`, with the given growth and back-off.
     pub fn with_options(
         init_scale: f64,
         growth_factor: f64,

@@ -206,6 +206,7 @@ pub struct RunningCompile {
     pub id: u64,
     /// The op's signature (`matmul(f32[64, 784], f32[784, 256])`, `fused(…)`).
     pub what: String,
+    /// Time since the compile began.
     pub elapsed: Duration,
 }
 

@@ -22,8 +22,11 @@ use crate::shared::{lock, Shared};
 
 /// A started device kind: its plugin, client and devices.
 pub struct Runtime {
+    /// The device kind.
     pub kind: DeviceKind,
+    /// The plugin file loaded.
     pub plugin_path: PathBuf,
+    /// The PJRT client.
     pub client: Arc<Client>,
     /// The persistent compile cache of this plugin (`None` when turned off).
     pub(crate) disk: Option<Arc<DiskCache>>,
@@ -208,6 +211,7 @@ pub fn default_device() -> Device {
     *lock(&state().default_device)
 }
 
+/// Sets the device constructors use when none is given.
 pub fn set_default_device(device: Device) {
     *lock(&state().default_device) = device;
 }
