@@ -22,6 +22,8 @@
 //! [`autograd`], [`compile`](mod@compile) (a function traced into one program), [`var`] → [`nn`],
 //! [`optim`], [`io`] (safetensors and .npy files).
 
+#![warn(missing_docs)]
+
 pub mod autocast;
 pub mod autograd;
 pub mod cache;
