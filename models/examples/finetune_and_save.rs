@@ -1,8 +1,9 @@
 //! Trains a small Llama-architecture model from scratch on the repository's README in eager,
 //! saves it as a Hugging Face directory (config.json, model.safetensors, tokenizer files),
 //! and writes eager's own greedy continuation of a prompt next to it (`eager_greedy.json`),
-//! so that transformers can load the directory and be compared (tests/models/).
-//! usage: finetune_and_save --tokenizer DIR --out DIR [--steps N]
+//! so that transformers can load the directory and be compared (tests/models/). Without
+//! `--tokenizer` it trains its own byte-level BPE on the README first.
+//! usage: finetune_and_save [--tokenizer DIR] --out DIR [--steps N]
 
 use anyhow::{bail, Context};
 use eager::nn::{cross_entropy, Module};
@@ -20,12 +21,15 @@ const PROMPT: &str = "eager runs";
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let arg = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
-    let (Some(tok_dir), Some(out)) = (arg("--tokenizer"), arg("--out")) else {
-        bail!("usage: finetune_and_save --tokenizer DIR --out DIR [--steps N]")
+    let Some(out) = arg("--out") else {
+        bail!("usage: finetune_and_save [--tokenizer DIR] --out DIR [--steps N]")
     };
     let steps: usize = arg("--steps").map(|s| s.parse()).transpose().context("--steps")?.unwrap_or(40);
-    let tok = Tokenizer::from_dir(&tok_dir)?;
-    let vocab = tok.inner.get_vocab_size(true);
+    let tok = match arg("--tokenizer") {
+        Some(dir) => Tokenizer::from_dir(dir)?,
+        None => Tokenizer::train_byte_level_bpe(&[README], 384)?,
+    };
+    let vocab = tok.vocab_size();
     let config = Config::from_value(serde_json::json!({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
         "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -33,8 +37,7 @@ fn main() -> anyhow::Result<()> {
         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "tie_word_embeddings": false,
         "hidden_act": "silu", "bos_token_id": tok.token_id("<s>"), "eos_token_id": tok.eos_token_id(),
         "pad_token_id": tok.pad_token_id(), "dtype": "float32"
-    }))
-    .map_err(|e| anyhow::anyhow!(e))?;
+    }))?;
     eager::manual_seed(0);
     let model = Llama::new(&config, DType::F32)?;
     let text: Vec<i64> = tok.encode(README, false)?.into_iter().map(i64::from).collect();
@@ -59,7 +62,8 @@ fn main() -> anyhow::Result<()> {
         losses.push(loss.item::<f32>()?);
     }
     println!("loss {:.3} -> {:.3} over {steps} steps", losses[0], losses[losses.len() - 1]);
-    save_pretrained(&model, &config, &out, Some(std::path::Path::new(&tok_dir)))?;
+    save_pretrained(&model, &config, &out, None)?;
+    tok.save_pretrained(&out)?;
     let prompt = tok.encode(PROMPT, true)?;
     let opts = GenerateOptions {
         max_new_tokens: 12,
@@ -67,8 +71,10 @@ fn main() -> anyhow::Result<()> {
         ..Default::default()
     };
     let greedy = generate(&model, std::slice::from_ref(&prompt), &opts, None, |_, _| {})?;
-    let report =
-        serde_json::json!({"prompt": PROMPT, "prompt_ids": prompt, "greedy": greedy[0], "losses": losses});
+    // A stretch of the README with its ids, for transformers' tokenizer to encode alike.
+    let sample: String = README.chars().take(400).collect();
+    let report = serde_json::json!({"prompt": PROMPT, "prompt_ids": prompt, "greedy": greedy[0], "losses": losses,
+                                    "sample": sample, "sample_ids": tok.encode(&sample, false)?});
     std::fs::write(std::path::Path::new(&out).join("eager_greedy.json"), report.to_string())?;
     println!("{PROMPT}{}", tok.decode(&greedy[0], true)?);
     Ok(())

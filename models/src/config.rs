@@ -72,11 +72,17 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(io_error(path))?;
         let raw: Value = serde_json::from_str(&text)
             .map_err(|e| ModelError::Config { path: path.into(), msg: format!("not valid JSON: {e}") })?;
-        Config::from_value(raw).map_err(|msg| ModelError::Config { path: path.into(), msg })
+        Config::parse(raw).map_err(|msg| ModelError::Config { path: path.into(), msg })
     }
 
-    /// Reads a parsed `config.json`; the error says which field is missing or wrong.
-    pub fn from_value(raw: Value) -> std::result::Result<Config, String> {
+    /// Reads a parsed `config.json` (`eager_models::serde_json::json!` makes one); the error
+    /// says which field is missing or wrong.
+    pub fn from_value(raw: Value) -> Result<Config> {
+        Config::parse(raw)
+            .map_err(|msg| ModelError::Config { path: "config.json (given as a value)".into(), msg })
+    }
+
+    fn parse(raw: Value) -> std::result::Result<Config, String> {
         let get = |names: &[&str]| names.iter().find_map(|n| raw.get(*n).filter(|v| !v.is_null()));
         let uint = |names: &[&str]| -> std::result::Result<Option<usize>, String> {
             match get(names) {

@@ -1,7 +1,8 @@
 //! Tokenizers of a checkpoint: `tokenizer.json` through Hugging Face's own `tokenizers` crate
 //! (the file transformers' fast tokenizers read), special tokens from
 //! `tokenizer_config.json`, and the chat template (`chat_template.jinja`, or the config's
-//! `chat_template`) rendered with minijinja as transformers renders it with jinja2.
+//! `chat_template`) rendered with minijinja as transformers renders it with jinja2. A new
+//! byte-level BPE can be trained on texts and saved as the files transformers loads.
 
 use std::path::Path;
 
@@ -80,6 +81,74 @@ impl Tokenizer {
     /// The text of `ids`; `skip_special` leaves special tokens out.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         self.inner.decode(ids, skip_special).map_err(|e| ModelError::Tokenizer(e.to_string()))
+    }
+
+    /// A byte-level BPE of up to `vocab_size` tokens (fewer when the texts run out of pairs to
+    /// merge) trained on `texts` (the kind GPT-2 and Llama 3
+    /// use: any text encodes, nothing is unknown), with `<s>`, `</s>` and `<pad>` as its
+    /// special tokens, ids 0, 1 and 2; transformers' `train_new_from_iterator`. The vocabulary
+    /// holds the 256 byte symbols and the special tokens at least.
+    pub fn train_byte_level_bpe(texts: &[&str], vocab_size: usize) -> Result<Tokenizer> {
+        use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
+        use tokenizers::models::TrainerWrapper;
+        use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+        use tokenizers::AddedToken;
+        let specials = ["<s>", "</s>", "<pad>"];
+        let least = ByteLevel::alphabet().len() + specials.len();
+        if vocab_size < least {
+            return Err(ModelError::Tokenizer(format!(
+                "train_byte_level_bpe: vocab_size {vocab_size} is below the {least} byte symbols and special tokens it must hold"
+            )));
+        }
+        let mut trainer = TrainerWrapper::from(
+            BpeTrainerBuilder::new()
+                .vocab_size(vocab_size)
+                .show_progress(false)
+                .special_tokens(specials.iter().map(|t| AddedToken::from(*t, true)).collect())
+                .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+                .build(),
+        );
+        let mut inner = tokenizers::Tokenizer::new(BPE::default());
+        inner.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));
+        inner.with_decoder(Some(ByteLevel::default()));
+        inner
+            .train(&mut trainer, texts.iter())
+            .map_err(|e| ModelError::Tokenizer(format!("train_byte_level_bpe: {e}")))?;
+        let [bos, eos, pad] = specials.map(|t| Some(t.to_string()));
+        Ok(Tokenizer { inner, bos_token: bos, eos_token: eos, pad_token: pad, chat_template: None })
+    }
+
+    /// Writes `tokenizer.json`, `tokenizer_config.json` (the special tokens, the chat template)
+    /// into `dir`: what `Tokenizer::from_dir` and transformers' `AutoTokenizer.from_pretrained` read.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let file = dir.join("tokenizer.json");
+        self.inner
+            .save(&file, false)
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", file.display())))?;
+        let mut cfg = serde_json::json!({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": 1_000_000_000_000_000_000u64,
+        });
+        let specials =
+            [("bos_token", &self.bos_token), ("eos_token", &self.eos_token), ("pad_token", &self.pad_token)];
+        for (key, token) in specials {
+            if let Some(t) = token {
+                cfg[key] = t.clone().into();
+            }
+        }
+        if let Some(t) = &self.chat_template {
+            cfg["chat_template"] = t.clone().into();
+        }
+        let path = dir.join("tokenizer_config.json");
+        let text = serde_json::to_string_pretty(&cfg).unwrap_or_default();
+        std::fs::write(&path, text).map_err(io_error(&path))
+    }
+
+    /// The number of tokens, special tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
     }
 
     /// The id of `token`, if it is in the vocabulary.

@@ -181,6 +181,30 @@ fn tokenizer_matches_transformers() {
     assert_eq!(tok.apply_chat_template(&messages, true).unwrap(), r["chat"].as_str().unwrap());
 }
 
+/// A BPE trained in eager: merges learned from the text (fewer tokens than bytes), any text
+/// (unseen bytes too) decodes back to itself, and the saved files read back alike (transformers
+/// reading them is tests/models/test_hf_roundtrip.py).
+#[test]
+fn trained_byte_level_bpe_round_trips() {
+    let text = "the cat sat on the mat; the cat ate the rat. ".repeat(20);
+    let tok = Tokenizer::train_byte_level_bpe(&[&text], 300).unwrap();
+    // 259 symbols, then merges until 300 or until the text has no pair left to merge.
+    assert!((260..=300).contains(&tok.vocab_size()), "{}", tok.vocab_size());
+    assert_eq!([tok.token_id("<s>"), tok.eos_token_id(), tok.pad_token_id()], [Some(0), Some(1), Some(2)]);
+    let ids = tok.encode("the cat sat", false).unwrap();
+    assert!(ids.len() < "the cat sat".len(), "merges learned: {ids:?}");
+    for s in ["the cat sat on the mat", "ünïcödé ✓ and bytes it never saw: 42"] {
+        assert_eq!(tok.decode(&tok.encode(s, false).unwrap(), false).unwrap(), s);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    tok.save_pretrained(dir.path()).unwrap();
+    let again = Tokenizer::from_dir(dir.path()).unwrap();
+    assert_eq!(again.encode(&text, false).unwrap(), tok.encode(&text, false).unwrap());
+    assert_eq!((again.bos_token.as_deref(), again.pad_token.as_deref()), (Some("<s>"), Some("<pad>")));
+    let err = Tokenizer::train_byte_level_bpe(&[&text], 100).err().unwrap().to_string();
+    assert!(err.contains("vocab_size 100 is below the 259"), "{err}");
+}
+
 #[test]
 fn state_dict_round_trips_through_save_pretrained() {
     let model = load(&fixture("qwen2"), None);

@@ -232,6 +232,9 @@ impl Session {
                             continue;
                         }
                         panic.lock().unwrap().see(&line);
+                        if is_warmup_notice(&line) {
+                            continue;
+                        }
                     }
                     if !skip_backtrace_line(&line, &mut in_backtrace) {
                         sink(stream, &line);
@@ -660,6 +663,14 @@ impl StderrWatch {
             self.last_line = Some(line.to_string());
         }
     }
+}
+
+/// evcxr's note that a variable was dropped because its type changed (a `:dep` that rebuilds
+/// eager does that), for the preload's hidden variable: not the user's, so not news to them.
+fn is_warmup_notice(line: &str) -> bool {
+    line.strip_prefix("The type of the variable ")
+        .and_then(|rest| rest.strip_prefix(WARMUP_VAR))
+        .is_some_and(|rest| rest == " was redefined, so was lost.")
 }
 
 /// evcxr runs cells with `RUST_BACKTRACE=1`: a panic's message is what users need, not the

@@ -1,6 +1,7 @@
 """Interop of issue 28, item 4: a Llama-architecture model trained from scratch in eager and
 saved as a Hugging Face directory loads in transformers (from PyPI), which generates the same
-greedy tokens and computes the same logits."""
+greedy tokens and computes the same logits; a byte-level BPE trained in eager (with Hugging
+Face's `tokenizers` crate) loads in transformers and encodes text to the same ids."""
 
 import json
 import os
@@ -17,15 +18,22 @@ EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "finetune_and_save
 TOKENIZER = os.path.join(ROOT, "models", "tests", "fixtures", "llama")
 
 
-def test_eager_trained_model_loads_and_generates_in_transformers(tmp_path):
+@pytest.mark.parametrize("tokenizer", ["fixture", "trained"])
+def test_eager_trained_model_loads_and_generates_in_transformers(tmp_path, tokenizer):
     out = tmp_path / "eager-llama"
-    subprocess.run([EXAMPLE, "--tokenizer", TOKENIZER, "--out", str(out), "--steps", "30"], check=True, timeout=900)
+    # "trained": the example trains its own BPE on the README and saves it with the model.
+    tok_args = ["--tokenizer", TOKENIZER] if tokenizer == "fixture" else []
+    subprocess.run([EXAMPLE, *tok_args, "--out", str(out), "--steps", "30"], check=True, timeout=900)
     eager = json.loads((out / "eager_greedy.json").read_text())
     assert eager["losses"][-1] < eager["losses"][0], "training lowered the loss"
     model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     tok = transformers.AutoTokenizer.from_pretrained(out)
     ids = tok(eager["prompt"], return_tensors="pt").input_ids
     assert ids[0].tolist() == eager["prompt_ids"]
+    assert tok(eager["sample"], add_special_tokens=False).input_ids == eager["sample_ids"]
+    assert tok.decode(eager["sample_ids"]) == eager["sample"]
+    if tokenizer == "trained":
+        assert len(tok) == 384 and (tok.bos_token, tok.eos_token, tok.pad_token) == ("<s>", "</s>", "<pad>")
     n = len(eager["greedy"])
     gen = model.generate(ids, do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=tok.pad_token_id)
     assert gen[0, ids.shape[1]:].tolist() == eager["greedy"]

@@ -155,6 +155,48 @@ def check_multi_device(nb):
     assert any(all(f"cpu:{d}" in svg for d in range(4)) for svg in svgs)
 
 
+def check_hf_llama(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    streams = "\n".join(outputs(nb, "stream"))
+    # The preload's hidden variable, dropped when `:dep eager-models` rebuilds eager, is not news.
+    assert "__eager_warmup" not in streams + text, streams
+    tokens = re.search(r"README: (\d+) characters, (\d+) tokens \(([\d.]+) characters a token\); vocabulary (\d+)", text)
+    assert tokens and int(tokens[4]) == 512 and int(tokens[2]) < int(tokens[1]) / 1.5, text
+    # Hidden 128, 4 layers, 4 query and 2 key/value heads of 32, SwiGLU 344, untied head, vocab 512.
+    assert "857216 parameters in 39 tensors" in text, text
+    assert "model.layers.0.self_attn.k_proj.weight: [64, 128]" in streams, streams
+    # Learned from scratch: from about uniform (ln 512 = 6.24) to well below 1 nat a token.
+    loss = re.search(r"loss ([\d.]+) \(first 10 steps\) -> ([\d.]+) \(last 10\); uniform guessing: ([\d.]+)", text)
+    assert loss and float(loss[1]) > 5.0 and float(loss[2]) < 1.0 and abs(float(loss[3]) - 6.238) < 1e-3, text
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        assert re.search(rf"^{re.escape(name)} +[\d.]+ K?M?i?B$", streams, re.M), streams
+    # Loaded back by AutoModel: the same logits, to the bit.
+    assert re.search(r"loaded in \d+ ms \(llama\); logits of a 48-token prompt: 0 of 24576 values differ", text), text
+    # The streamed text, as its display's last update left it: the prompt and 100 tokens after it.
+    assert re.search(r"^100 tokens in [\d.]+ s", text.replace('"', ""), re.M), text
+    assert any(t.startswith("It comes with a REPL") and len(t) > 150 for t in outputs(nb, "text/plain")), text
+    # Prefill against decode: a static cache means no decode step after the first compiles or
+    # loads anything; fused and compiled steps dispatch a handful of programs, eager hundreds.
+    rows = {(m[1], m[2]): [float(v) for v in m.groups()[2:]] for m in re.finditer(
+        r"^(eager|fused|compiled) +(prefill|decode step 1|decode steps 2-31, each) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$",
+        streams, re.M)}
+    assert len(rows) == 9, streams
+    for mode in ("eager", "fused", "compiled"):
+        assert rows[(mode, "decode steps 2-31, each")][1] == 0.0, rows
+    assert rows[("eager", "decode steps 2-31, each")][0] > 100, rows
+    assert rows[("fused", "decode steps 2-31, each")][0] < 20 and rows[("compiled", "decode steps 2-31, each")][0] < 20, rows
+    svgs = list(outputs(nb, "image/svg+xml"))
+    assert any("Training loss, live" in svg for svg in svgs)
+    assert any("Milliseconds per decode step" in svg and "compiled" in svg for svg in svgs)
+    # The key/value cache: its tensors at the peak of the ledger, their size as computed.
+    cache = re.search(r"key/value cache: 4 layers × keys and values × \[8, 2, (\d+), 32\] f32 = ([\d.]+ K?M?i?B)", streams)
+    assert cache, streams
+    assert f"f32[8, 2, {cache[1]}, 32]" in text, text
+    # (format_bytes rounds to a tenth of its unit)
+    assert abs(size_in_bytes(cache[2]) - 4 * 2 * 8 * 2 * int(cache[1]) * 32 * 4) <= 0.05 * (1 << 20), cache.group(0)
+    assert any("batch-8 generation, the key/value cache" in svg and "Largest at the peak" in svg for svg in svgs)
+
+
 def size_in_bytes(text):
     """`57.6 MiB`, `0 B` (eager::memory::format_bytes) as bytes."""
     number, unit = text.split()
@@ -222,6 +264,7 @@ EXPECTED = {
     "05-cnn-digits.ipynb": check_cnn,
     "06-char-gpt.ipynb": check_gpt,
     "07-multi-device.ipynb": check_multi_device,
+    "08-hf-llama.ipynb": check_hf_llama,
     "09-bf16-lora.ipynb": check_lora,
 }
 
