@@ -274,7 +274,7 @@ pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
         .map(|t| if fused || t.trace_ref().is_some() { (*t).clone() } else { t.detach() })
         .collect();
     let refs: SmallVec<[&Tensor; 3]> = node_inputs.iter().collect();
-    Ok(out.with_node(crate::autograd::record(&op, &refs)))
+    Ok(out.with_node(crate::tensor::grad::record(&op, &refs)))
 }
 
 /// Inside a trace, makes `mesh` the function's mesh (an error if it has another one).

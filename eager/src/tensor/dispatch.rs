@@ -36,7 +36,7 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
     if let Some(recorded) = crate::compile::record_fused(&op, inputs, device) {
         return recorded;
     }
-    let node = crate::autograd::record(&op, inputs);
+    let node = super::grad::record(&op, inputs);
     if inputs.iter().any(|t| t.shards().is_some()) {
         return Ok(super::sharded::dispatch_partitioned(op, inputs)?.with_node(node));
     }

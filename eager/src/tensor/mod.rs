@@ -3,12 +3,14 @@
 //! builder in `ops/` (`Tensor` is their `Operand`) and dispatches it at once.
 //!
 //! By topic: this file (the type and its plumbing), `create` (constructors), `methods` (the op
-//! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`.
+//! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`, `grad`
+//! (autograd state, `no_grad` scopes: what dispatch consults to record gradients).
 
 mod collective;
 mod create;
 pub(crate) mod dispatch;
 mod display;
+pub(crate) mod grad;
 mod methods;
 mod operators;
 mod read;
@@ -19,7 +21,6 @@ pub use dispatch::{dispatch, executable_for, lookup_only};
 
 use std::sync::{Arc, OnceLock};
 
-use crate::autograd::GradState;
 use crate::compile::TraceRef;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -29,6 +30,7 @@ use crate::pjrt::Buffer;
 use crate::profiler::OpInfo;
 use crate::runtime::{Completion, Runtime};
 use crate::shape::Spec;
+use grad::GradState;
 
 /// A tensor on a device. Cloning is cheap (the buffer is shared).
 #[derive(Clone)]
@@ -78,8 +80,6 @@ pub(crate) struct Lazy {
     /// What `completion()` gives when the program failed (reads report the failure).
     failed: OnceLock<Arc<Completion>>,
 }
-
-static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
 
 impl Tensor {
     /// A tensor over `buffer`, made by `producer` (an op) or else by `made_by` (`upload`, `to`).
@@ -183,31 +183,6 @@ impl Tensor {
             inner.host_bounds = Some(b);
         }
         self
-    }
-
-    /// This tensor with the result's autograd node (if any) attached. Bool and integer
-    /// results get none, as in torch: no gradient flows through them.
-    pub(crate) fn with_node(mut self, node: Option<Box<crate::autograd::Node>>) -> Tensor {
-        if let Some(node) = node.filter(|_| self.dtype().is_float()) {
-            self.autograd = Some(Arc::new(GradState { node: Some(node), ..Default::default() }));
-        }
-        self
-    }
-
-    pub(crate) fn grad_state(&self) -> &GradState {
-        match &self.autograd {
-            Some(s) => s,
-            None => NO_GRAD_STATE.get_or_init(GradState::default),
-        }
-    }
-
-    /// With a fresh autograd state (for `set_requires_grad` on a tensor that had none).
-    pub(crate) fn with_fresh_grad_state(&self) -> Tensor {
-        Tensor { inner: self.inner.clone(), autograd: Some(Arc::new(GradState::default())) }
-    }
-
-    pub(crate) fn has_grad_state(&self) -> bool {
-        self.autograd.is_some()
     }
 
     /// The same values, cut from the graph: no gradient flows back through the result.
