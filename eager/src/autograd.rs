@@ -12,9 +12,9 @@ use std::collections::HashMap;
 
 use smallvec::SmallVec;
 
-use crate::compile::{ahead, fused_op, ops_as_one, AheadMark};
 use crate::error::{Error, Result};
 use crate::shared::{lock, Shared};
+use crate::tensor::trace::{ahead, fused_op, ops_as_one, AheadMark};
 use crate::tensor::Tensor;
 
 pub use crate::tensor::grad::{is_grad_enabled, no_grad, NoGradGuard};

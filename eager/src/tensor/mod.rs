@@ -4,7 +4,8 @@
 //!
 //! By topic: this file (the type and its plumbing), `create` (constructors), `methods` (the op
 //! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`, `grad`
-//! (autograd state, `no_grad` scopes: what dispatch consults to record gradients).
+//! (autograd state, `no_grad` scopes: what dispatch consults to record gradients), `trace`
+//! (the recording of ops for compiled functions, fused regions and fetching ahead).
 
 mod collective;
 mod create;
@@ -15,13 +16,13 @@ mod methods;
 mod operators;
 mod read;
 pub(crate) mod sharded;
+pub(crate) mod trace;
 
 pub use collective::Reduction;
 pub use dispatch::{dispatch, executable_for, lookup_only};
 
 use std::sync::{Arc, OnceLock};
 
-use crate::compile::TraceRef;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -31,6 +32,7 @@ use crate::profiler::OpInfo;
 use crate::runtime::{Completion, Runtime};
 use crate::shape::Spec;
 use grad::GradState;
+use trace::TraceRef;
 
 /// A tensor on a device. Cloning is cheap (the buffer is shared).
 #[derive(Clone)]
@@ -158,7 +160,7 @@ impl Tensor {
     /// one of its results not computed yet.
     fn data(&self) -> Result<&Inner> {
         let Some(lazy) = &self.inner.lazy else { return Ok(&self.inner) };
-        match crate::compile::resolve(lazy) {
+        match trace::resolve(lazy) {
             Ok(t) => Ok(&t.inner),
             Err((op, message)) => {
                 Err(Error::DeviceFailure { op, message, read: format!("{} of a fused region", self.spec()) })
