@@ -1,8 +1,12 @@
-//! The library's error type.
+//! The library's error type, and what its out-of-memory variant names ([`LiveTensor`],
+//! [`format_bytes`]): the error sits under `memory`, which makes those rows and re-exports them.
 
 use std::path::PathBuf;
 
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::pjrt::{LoadError, PjrtError};
+use crate::shape::Spec;
 
 /// Everything that can go wrong in eager. Shape and dtype errors are found before anything
 /// reaches XLA; PJRT errors carry the op they came from. Its `Display` is written out below
@@ -72,13 +76,13 @@ pub enum Error {
         /// The op (or transfer) that asked for memory.
         op: String,
         /// The device that had no room.
-        device: crate::device::Device,
+        device: Device,
         /// Bytes requested.
         requested: u64,
         /// Bytes live on the device at the time.
         live: u64,
         /// The largest tensors live on the device, with the ops that made them.
-        largest: Vec<crate::memory::LiveTensor>,
+        largest: Vec<LiveTensor>,
         /// Why it failed: the cap or the plugin's message.
         cause: String,
     },
@@ -121,7 +125,6 @@ impl Error {
             Error::Io { path, source } => format!("{}: {source}", path.display()),
             Error::Format { path, msg } => format!("{}: {msg}", path.display()),
             Error::OutOfMemory { op, device, requested, live, largest, cause } => {
-                use crate::memory::format_bytes;
                 let mut s = format!(
                     "{op}: out of memory on {device}: asked for {} with {} live there ({cause})",
                     format_bytes(*requested),
@@ -205,3 +208,63 @@ impl Error {
 
 /// A result whose error is eager's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
+
+// What an out-of-memory error names lives here, under `memory` (whose ledger makes the rows),
+// so that the error type needs no layer above it.
+
+/// One live tensor buffer: its size, where it is, what it is and the op that made it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LiveTensor {
+    /// Bytes the buffer holds.
+    pub bytes: u64,
+    /// The device it lives on.
+    pub device: Device,
+    /// Its dtype.
+    pub dtype: DType,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// The op that made it (`matmul`, …; `upload` for a copy from the host, `to` for one from
+    /// another device).
+    pub op: String,
+    /// When it was made, in nanoseconds since the ledger's start (the first tensor).
+    pub made_ns: u64,
+}
+
+impl LiveTensor {
+    /// Its dtype and shape (`f32[784, 256]`).
+    pub fn spec(&self) -> Spec {
+        Spec::new(&self.shape, self.dtype)
+    }
+
+    /// `f32[784, 256] 784.0 KiB on cpu:0, made by matmul`.
+    pub fn describe(&self) -> String {
+        format!("{} {} on {}, made by {}", self.spec(), format_bytes(self.bytes), self.device, self.op)
+    }
+}
+
+/// `1.5 GiB`, `784.0 KiB`, `12 B`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_read_as_people_write_them() {
+        assert_eq!(format_bytes(12), "12 B");
+        assert_eq!(format_bytes(784 * 1024), "784.0 KiB");
+        assert_eq!(format_bytes(3 << 29), "1.5 GiB");
+    }
+}

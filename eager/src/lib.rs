@@ -12,15 +12,17 @@
 //! # Ok::<(), eager::Error>(())
 //! ```
 //!
-//! Map, in layers (bottom up; no module imports one above it): [`dtype`], [`shape`],
-//! [`device`], [`shared`] (process-wide state) → [`pjrt`] (FFI and safe handles), [`plugin`]
-//! (finding plugins per device target), [`error`], [`memory`] (live tensor bytes, the peak,
-//! the cap), [`autocast`](mod@autocast) (its scopes; the ops say their lists) → [`ops`] (one file per op family) →
-//! [`cache`] (in memory), [`disk_cache`] (persistent), [`profiler`] (the event log the viz
-//! crate draws), [`runtime`] (plugins, execute, transfers), [`mesh`] (meshes and shardings)
-//! → [`tensor`] (and its dispatch),
-//! [`autograd`], [`compile`](mod@compile) (a function traced into one program), [`var`] → [`nn`],
-//! [`optim`], [`io`] (safetensors and .npy files).
+//! Map, in layers (bottom up; no module imports one above it, and none import each other in a
+//! circle: `tests/layers.rs` checks): [`dtype`], [`shape`], [`device`], [`shared`]
+//! (process-wide state) → [`pjrt`] (FFI and safe handles), [`plugin`] (finding plugins per
+//! device target), [`error`] → [`memory`] (live tensor bytes, the peak, the cap),
+//! [`autocast`](mod@autocast) (its scopes; the ops say their lists) → [`ops`] (one file per
+//! op family) → [`mesh`] (meshes and shardings: bookkeeping) → [`cache`] (in memory),
+//! [`disk_cache`] (persistent), [`profiler`] (the event log the viz crate draws) →
+//! [`runtime`] (plugins, execute, transfers) → [`tensor`] (its dispatch, its autograd state,
+//! the recording of traced ops) → [`autograd`] (the backward pass), [`var`] →
+//! [`compile`](mod@compile) (a function traced into one program) → [`nn`], [`optim`], [`io`]
+//! (safetensors and .npy files).
 
 #![warn(missing_docs)]
 

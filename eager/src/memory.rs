@@ -10,8 +10,9 @@
 //!   before it runs. A plugin's own RESOURCE_EXHAUSTED becomes the same error.
 //! - The plugin's own figures where it gives them (TPU, GPU): `runtime::device_memory_stats`.
 //!
-//! A layer with the error type, under the runtime: the runtime asks `admit` before it
-//! launches, tensors book and release their buffers, errors describe live tensors.
+//! A layer over the error type (which owns [`LiveTensor`], the rows an out-of-memory error
+//! lists) and under the runtime: the runtime asks `admit` before it launches, tensors book
+//! and release their buffers.
 //!
 //! Bytes are logical (elements × dtype size, a shard's of its own shape); buffers
 //! outside tensors (index-check flags, executables) are not counted.
@@ -23,38 +24,10 @@ use std::sync::Mutex;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::Spec;
+// The ledger's rows and its byte formatting are the words of the out-of-memory error, so they
+// live in `error`, the layer below; their names here stay what they were.
+pub use crate::error::{format_bytes, LiveTensor};
 use crate::shared::{lock, Shared};
-
-/// One live tensor buffer: its size, where it is, what it is and the op that made it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LiveTensor {
-    /// Bytes the buffer holds.
-    pub bytes: u64,
-    /// The device it lives on.
-    pub device: Device,
-    /// Its dtype.
-    pub dtype: DType,
-    /// Its shape.
-    pub shape: Vec<usize>,
-    /// The op that made it (`matmul`, …; `upload` for a copy from the host, `to` for one from
-    /// another device).
-    pub op: String,
-    /// When it was made, in nanoseconds since the ledger's start (the first tensor).
-    pub made_ns: u64,
-}
-
-impl LiveTensor {
-    /// Its dtype and shape (`f32[784, 256]`).
-    pub fn spec(&self) -> Spec {
-        Spec::new(&self.shape, self.dtype)
-    }
-
-    /// `f32[784, 256] 784.0 KiB on cpu:0, made by matmul`.
-    pub fn describe(&self) -> String {
-        format!("{} {} on {}, made by {}", self.spec(), format_bytes(self.bytes), self.device, self.op)
-    }
-}
 
 /// Everything the ledger knows, for charts and `:memory`.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -349,31 +322,9 @@ pub(crate) fn out_of_memory(
     Error::OutOfMemory { op, device, requested: bytes, live, largest, cause }
 }
 
-/// `1.5 GiB`, `784.0 KiB`, `12 B`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bytes_read_as_people_write_them() {
-        assert_eq!(format_bytes(12), "12 B");
-        assert_eq!(format_bytes(784 * 1024), "784.0 KiB");
-        assert_eq!(format_bytes(3 << 29), "1.5 GiB");
-    }
 
     #[test]
     fn the_timeline_keeps_the_most_held_as_it_narrows() {

@@ -2,7 +2,9 @@
 //! (`[("data", 2), ("model", 2)]`), a [`PartitionSpec`] names, per tensor dim, the mesh axes
 //! that dim is split over, and a [`Sharding`] is the two together. From a sharding come the
 //! shard each device holds and the Shardy annotation XLA's SPMD partitioner reads. Pure
-//! bookkeeping: nothing here touches a device.
+//! bookkeeping: nothing here touches a device, so the compile cache (whose keys hold meshes)
+//! and the runtime sit above it; `Mesh::new`, which asks the runtime for devices, is the
+//! runtime's (`runtime/start.rs`).
 
 use std::fmt;
 use std::ops::Range;
@@ -26,20 +28,6 @@ struct MeshInner {
 }
 
 impl Mesh {
-    /// A mesh of `axes` over the first devices of the default device's kind (as
-    /// `jax.make_mesh`): `Mesh::new(&[("data", 2), ("model", 2)])` takes 4 devices.
-    pub fn new(axes: &[(&str, usize)]) -> Result<Mesh> {
-        let kind = crate::runtime::default_device().kind;
-        let all = crate::runtime::devices(kind)?;
-        let needed: usize = axes.iter().map(|&(_, n)| n).product();
-        if needed > all.len() {
-            let msg =
-                format!("{} needs {needed} devices; the {kind} plugin shows {}", describe(axes), all.len());
-            return Err(Error::invalid("Mesh", msg));
-        }
-        Mesh::with_devices(axes, &all[..needed])
-    }
-
     /// A mesh of `axes` over exactly `devices` (row-major over the axes), all of one kind.
     pub fn with_devices(axes: &[(&str, usize)], devices: &[Device]) -> Result<Mesh> {
         let needed: usize = axes.iter().map(|&(_, n)| n).product();
@@ -106,7 +94,8 @@ impl Mesh {
     }
 }
 
-fn describe(axes: &[(&str, usize)]) -> String {
+/// `a mesh {data: 2, model: 2}`, for errors.
+pub(crate) fn describe(axes: &[(&str, usize)]) -> String {
     let parts: Vec<String> = axes.iter().map(|(n, s)| format!("{n}: {s}")).collect();
     format!("a mesh {{{}}}", parts.join(", "))
 }

@@ -1,7 +1,7 @@
 //! Process-wide state, one per process even when this library is loaded more than once.
 //!
 //! Each layer owns its state through a [`Shared`] static (the runtimes in `runtime`, the
-//! compile cache in `cache`, grad mode in `autograd`, …). evcxr compiles every REPL cell into
+//! compile cache in `cache`, grad mode in `tensor`, …). evcxr compiles every REPL cell into
 //! its own shared object with its own copy of eager's statics; a host binary that exports the
 //! symbol [`SLOT_SYMBOL`] (an `AtomicPtr`, see the repl crate) lets every copy find the state
 //! the first copy made: one PJRT client, one compile cache, one profiler log per session.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
 use crate::shared::lock;
+use crate::tensor::trace::VarSlot;
 use crate::tensor::Tensor;
 
 /// A named, shared, mutable tensor slot. Cloning shares the slot.
@@ -85,7 +86,7 @@ impl Var {
 
     /// The current value (inside a compiled function: the value traced for this call).
     pub fn get(&self) -> Tensor {
-        if let Some(t) = crate::compile::read_var(self) {
+        if let Some(t) = crate::tensor::trace::read_var(self) {
             return t;
         }
         self.current()
@@ -110,7 +111,7 @@ impl Var {
         } else {
             value.detach()
         };
-        if crate::compile::write_var(self, &value)? {
+        if crate::tensor::trace::write_var(self, &value)? {
             return Ok(());
         }
         self.set_current(value);
@@ -164,6 +165,25 @@ impl Var {
     /// Identity of the slot.
     pub(crate) fn id(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize
+    }
+}
+
+// How a trace (the tensor layer's recording, below) reads, names and writes back a Var.
+impl VarSlot for Var {
+    fn id(&self) -> usize {
+        Var::id(self)
+    }
+    fn name(&self) -> &str {
+        Var::name(self)
+    }
+    fn current(&self) -> Tensor {
+        Var::current(self)
+    }
+    fn requires_grad(&self) -> bool {
+        Var::requires_grad(self)
+    }
+    fn set(&self, value: Tensor) -> Result<()> {
+        Var::set(self, value)
     }
 }
 

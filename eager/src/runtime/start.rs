@@ -1,7 +1,8 @@
 //! Starting a device kind and the state dispatches share: one [`Runtime`] (plugin, client,
 //! persistent cache) per kind, started once on first use (with the warm start when asked);
 //! the default device, the random state, the interrupt flag, and when each device last
-//! finished an op (for device-time accounting). Nothing here dispatches or compiles ops.
+//! finished an op (for device-time accounting), and `Mesh::new` (a mesh over the first
+//! devices of the default kind). Nothing here dispatches or compiles ops.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use super::tiers::{guard_exit, hook_exit};
 use crate::device::{Device, DeviceKind};
 use crate::disk_cache::DiskCache;
 use crate::error::{Error, Result};
+use crate::mesh::Mesh;
 use crate::ops::Op;
 use crate::pjrt::{self, Client, DeviceInfo, Tier};
 use crate::plugin;
@@ -189,6 +191,27 @@ pub fn set_plugin_path(kind: DeviceKind, path: impl AsRef<Path>) {
 pub fn devices(kind: DeviceKind) -> Result<Vec<Device>> {
     let rt = runtime(kind)?;
     Ok((0..rt.client.devices.len()).map(|i| Device::new(kind, i)).collect())
+}
+
+// The one mesh constructor that needs started devices lives with them: `mesh` below stays
+// bookkeeping that the cache's keys can hold.
+impl Mesh {
+    /// A mesh of `axes` over the first devices of the default device's kind (as
+    /// `jax.make_mesh`): `Mesh::new(&[("data", 2), ("model", 2)])` takes 4 devices.
+    pub fn new(axes: &[(&str, usize)]) -> Result<Mesh> {
+        let kind = default_device().kind;
+        let all = devices(kind)?;
+        let needed: usize = axes.iter().map(|&(_, n)| n).product();
+        if needed > all.len() {
+            let msg = format!(
+                "{} needs {needed} devices; the {kind} plugin shows {}",
+                crate::mesh::describe(axes),
+                all.len()
+            );
+            return Err(Error::invalid("Mesh", msg));
+        }
+        Mesh::with_devices(axes, &all[..needed])
+    }
 }
 
 /// One line per device: `cpu:0  cpu  id=0  …`; for TPU, first a line with the chips found on

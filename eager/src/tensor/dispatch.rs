@@ -31,12 +31,12 @@ pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Te
         }
     }
     if inputs.iter().any(|t| t.trace_ref().is_some()) {
-        return crate::compile::record_op(op, inputs);
+        return super::trace::record_op(op, inputs);
     }
-    if let Some(recorded) = crate::compile::record_fused(&op, inputs, device) {
+    if let Some(recorded) = super::trace::record_fused(&op, inputs, device) {
         return recorded;
     }
-    let node = crate::autograd::record(&op, inputs);
+    let node = super::grad::record(&op, inputs);
     if inputs.iter().any(|t| t.shards().is_some()) {
         return Ok(super::sharded::dispatch_partitioned(op, inputs)?.with_node(node));
     }
@@ -105,7 +105,7 @@ pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
 
 /// A fresh `u64[2]` random state on `device` (inside a trace: a parameter drawn per call).
 pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
-    if let Some(t) = crate::compile::traced_rng_state(device) {
+    if let Some(t) = super::trace::traced_rng_state(device) {
         return Ok(t);
     }
     let state = runtime::next_rng_state();

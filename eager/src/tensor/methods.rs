@@ -30,13 +30,13 @@ macro_rules! forward {
 }
 
 /// Forwards methods to a composite's builder, run as one program named by the method (see
-/// `compile::fused_op`): the user's op is one executable, not one per primitive.
+/// `trace::fused_op`): the user's op is one executable, not one per primitive.
 macro_rules! forward_as_one {
     ($($(#[$doc:meta])* $method:ident($($arg:ident: $ty:ty),*) => $trait:ident;)*) => {
         impl Tensor {$(
             $(#[$doc])*
             pub fn $method(&self, $($arg: $ty),*) -> Result<Tensor> {
-                crate::compile::fused_op(stringify!($method), || $trait::$method(self, $($arg),*))
+                super::trace::fused_op(stringify!($method), || $trait::$method(self, $($arg),*))
             }
         )*}
     };

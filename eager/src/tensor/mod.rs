@@ -3,24 +3,26 @@
 //! builder in `ops/` (`Tensor` is their `Operand`) and dispatches it at once.
 //!
 //! By topic: this file (the type and its plumbing), `create` (constructors), `methods` (the op
-//! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`.
+//! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`, `grad`
+//! (autograd state, `no_grad` scopes: what dispatch consults to record gradients), `trace`
+//! (the recording of ops for compiled functions, fused regions and fetching ahead).
 
 mod collective;
 mod create;
 pub(crate) mod dispatch;
 mod display;
+pub(crate) mod grad;
 mod methods;
 mod operators;
 mod read;
 pub(crate) mod sharded;
+pub(crate) mod trace;
 
 pub use collective::Reduction;
 pub use dispatch::{dispatch, executable_for, lookup_only};
 
 use std::sync::{Arc, OnceLock};
 
-use crate::autograd::GradState;
-use crate::compile::TraceRef;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -29,6 +31,8 @@ use crate::pjrt::Buffer;
 use crate::profiler::OpInfo;
 use crate::runtime::{Completion, Runtime};
 use crate::shape::Spec;
+use grad::GradState;
+use trace::TraceRef;
 
 /// A tensor on a device. Cloning is cheap (the buffer is shared).
 #[derive(Clone)]
@@ -78,8 +82,6 @@ pub(crate) struct Lazy {
     /// What `completion()` gives when the program failed (reads report the failure).
     failed: OnceLock<Arc<Completion>>,
 }
-
-static NO_GRAD_STATE: std::sync::OnceLock<GradState> = std::sync::OnceLock::new();
 
 impl Tensor {
     /// A tensor over `buffer`, made by `producer` (an op) or else by `made_by` (`upload`, `to`).
@@ -158,7 +160,7 @@ impl Tensor {
     /// one of its results not computed yet.
     fn data(&self) -> Result<&Inner> {
         let Some(lazy) = &self.inner.lazy else { return Ok(&self.inner) };
-        match crate::compile::resolve(lazy) {
+        match trace::resolve(lazy) {
             Ok(t) => Ok(&t.inner),
             Err((op, message)) => {
                 Err(Error::DeviceFailure { op, message, read: format!("{} of a fused region", self.spec()) })
@@ -183,31 +185,6 @@ impl Tensor {
             inner.host_bounds = Some(b);
         }
         self
-    }
-
-    /// This tensor with the result's autograd node (if any) attached. Bool and integer
-    /// results get none, as in torch: no gradient flows through them.
-    pub(crate) fn with_node(mut self, node: Option<Box<crate::autograd::Node>>) -> Tensor {
-        if let Some(node) = node.filter(|_| self.dtype().is_float()) {
-            self.autograd = Some(Arc::new(GradState { node: Some(node), ..Default::default() }));
-        }
-        self
-    }
-
-    pub(crate) fn grad_state(&self) -> &GradState {
-        match &self.autograd {
-            Some(s) => s,
-            None => NO_GRAD_STATE.get_or_init(GradState::default),
-        }
-    }
-
-    /// With a fresh autograd state (for `set_requires_grad` on a tensor that had none).
-    pub(crate) fn with_fresh_grad_state(&self) -> Tensor {
-        Tensor { inner: self.inner.clone(), autograd: Some(Arc::new(GradState::default())) }
-    }
-
-    pub(crate) fn has_grad_state(&self) -> bool {
-        self.autograd.is_some()
     }
 
     /// The same values, cut from the graph: no gradient flows back through the result.

@@ -78,7 +78,7 @@ impl Tensor {
         if self.trace_ref().is_some() {
             // Inside a compiled function: a constraint the partitioner follows, always
             // written (what eager knows of a traced value's split is its own rule's guess).
-            crate::compile::use_mesh(mesh, "shard")?;
+            super::trace::use_mesh(mesh, "shard")?;
             return super::dispatch::dispatch(pin(), &[self], None);
         }
         if self.sharding() == Some(&sharding) {
