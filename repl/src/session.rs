@@ -231,10 +231,11 @@ impl Session {
                             panic.lock().unwrap().synced = true;
                             continue;
                         }
-                        panic.lock().unwrap().see(&line);
+                        // Dropped before the watch sees it: never taken for a `?` error's message.
                         if is_warmup_notice(&line) {
                             continue;
                         }
+                        panic.lock().unwrap().see(&line);
                     }
                     if !skip_backtrace_line(&line, &mut in_backtrace) {
                         sink(stream, &line);
