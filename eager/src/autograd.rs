@@ -28,8 +28,8 @@ fn key(t: &Tensor) -> usize {
 }
 
 /// Every tensor `root` depends on through recorded nodes, inputs before the tensors made
-/// from them.
-fn topological_order(root: &Tensor) -> Vec<Tensor> {
+/// from them; an error where an earlier backward pass freed part of the graph.
+fn topological_order(root: &Tensor) -> Result<Vec<Tensor>> {
     let mut order = Vec::new();
     let mut seen = std::collections::HashSet::new();
     // Iterative DFS (graphs of long training loops are deep): (tensor, children pushed?).
@@ -44,14 +44,23 @@ fn topological_order(root: &Tensor) -> Vec<Tensor> {
         }
         stack.push((t.clone(), true));
         if let Some(node) = t.node() {
-            for i in node.inputs.iter().filter(|i| i.tracks_grad()) {
-                if !seen.contains(&key(i)) {
-                    stack.push((i.clone(), false));
+            let Some(inputs) = node.inputs() else {
+                return Err(Error::invalid(
+                    "backward",
+                    format!(
+                        "this graph was freed by an earlier backward() (through {}), as torch frees it; to go through a graph more than once, call backward_retain_graph() before the last time",
+                        node.op.name()
+                    ),
+                ));
+            };
+            for i in inputs.into_iter().filter(|i| i.tracks_grad()) {
+                if !seen.contains(&key(&i)) {
+                    stack.push((i, false));
                 }
             }
         }
     }
-    order
+    Ok(order)
 }
 
 /// Adds `g` into `slot` (gradients accumulate, as in torch).
@@ -65,8 +74,27 @@ fn accumulate(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
 
 impl Tensor {
     /// Computes the gradient of this scalar with respect to every leaf that requires one and
-    /// adds it to the leaf's `.grad()`.
+    /// adds it to the leaf's `.grad()`. Then the graph lets go of the values it kept for the
+    /// gradient rules (the activations of a forward pass), as torch's `backward()` does: a
+    /// second pass through it is an error; use [`Tensor::backward_retain_graph`] for that.
     pub fn backward(&self) -> Result<()> {
+        let order = self.backward_pass()?;
+        for t in &order {
+            if let Some(node) = t.node() {
+                node.free();
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Tensor::backward`], keeping the graph for another pass (torch's
+    /// `backward(retain_graph=True)`): gradients of each pass add up.
+    pub fn backward_retain_graph(&self) -> Result<()> {
+        self.backward_pass().map(drop)
+    }
+
+    /// The backward pass; returns the graph it went through.
+    fn backward_pass(&self) -> Result<Vec<Tensor>> {
         if self.numel() != 1 {
             return Err(Error::shape(
                 "backward",
@@ -85,13 +113,14 @@ impl Tensor {
         let _no_grad = NoGradGuard::new();
         // Gradients keep the dtypes of the forward pass, as torch's backward under autocast.
         let _full_precision = crate::autocast::AutocastGuard::off();
-        let order = topological_order(self);
+        let order = topological_order(self)?;
         // On the default device the whole pass is one program (one executable, as torch's
         // autograd engine runs it in one call), its gradients given to the leaves as it ends.
         if ops_as_one() && self.shards().is_none() && self.device() == crate::default_device() {
-            return fused_op("backward", || {
+            fused_op("backward", || {
                 self.gradients(&order, |leaf, g| accumulate(&mut lock(&leaf.grad_state().grad), g.clone()))
-            });
+            })?;
+            return Ok(order);
         }
         // Elsewhere, new shapes came before (the first step of a loop): the rules' keys are
         // fetched at once, their compiles side by side, before the rules run one after
@@ -106,7 +135,8 @@ impl Tensor {
                 })
             });
         }
-        self.gradients(&order, |leaf, g| accumulate(&mut lock(&leaf.grad_state().grad), g.clone()))
+        self.gradients(&order, |leaf, g| accumulate(&mut lock(&leaf.grad_state().grad), g.clone()))?;
+        Ok(order)
     }
 
     /// Runs the gradient rules from this root back through `order` (its topological order),
@@ -124,9 +154,10 @@ impl Tensor {
                 leaf(t, &g)?;
             }
             let Some(node) = t.node() else { continue };
-            let inputs: SmallVec<[&Tensor; 3]> = node.inputs.iter().collect();
+            let Some(held) = node.inputs() else { continue };
+            let inputs: SmallVec<[&Tensor; 3]> = held.iter().collect();
             let input_grads = node.op.backward(&inputs, t, &g)?;
-            for (input, ig) in node.inputs.iter().zip(input_grads) {
+            for (input, ig) in held.iter().zip(input_grads) {
                 let Some(ig) = ig else { continue };
                 if !input.tracks_grad() {
                     continue;

@@ -161,7 +161,7 @@ fn gradients_of_two_backward_passes_add_up() -> Result<()> {
     let x = Tensor::from_slice(&x_host, &X)?;
     let w = Tensor::from_slice(&w0, &W)?.set_requires_grad(true)?;
     let y = x.matmul(&w)?.relu()?.sum_all()?;
-    y.backward()?;
+    y.backward_retain_graph()?;
     y.backward()?;
     let twice: Vec<f64> = host_grad(&x_host, &w0).iter().map(|g| 2.0 * g).collect();
     assert_all_close(

@@ -743,6 +743,41 @@ fn gradients_accumulate_until_zeroed() -> Result<()> {
 }
 
 #[test]
+fn backward_frees_the_graph_unless_retained() -> Result<()> {
+    let _serial = common::serial();
+    let activation = 256 * 64 * 4;
+    let x = Tensor::randn(&[256, 64], DType::F32)?;
+    let w = (Tensor::randn(&[64, 64], DType::F32)? * 0.1).set_requires_grad(true)?;
+    let forward = || x.matmul(&w)?.tanh()?.matmul(&w)?.tanh()?.sum_all();
+    let base = eager::memory::live_bytes();
+    let loss = forward()?;
+    let held = eager::memory::live_bytes() - base;
+    assert!(held >= 4 * activation, "the graph holds its four activations: {held} bytes");
+    loss.backward()?;
+    let after = eager::memory::live_bytes() - base;
+    assert!(
+        after < activation,
+        "after backward the loss holds {after} bytes (its graph's activations are freed)"
+    );
+    let once = w.grad().unwrap().to_vec::<f32>()?;
+    let e = loss.backward().unwrap_err();
+    assert!(matches!(e, Error::Invalid { op: "backward", .. }), "{e}");
+    assert!(e.to_string().contains("backward_retain_graph"), "{e}");
+    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, once, "a refused pass adds nothing");
+    // Retained, the graph serves a second pass, and the gradients add up.
+    w.zero_grad();
+    let loss = forward()?;
+    loss.backward_retain_graph()?;
+    assert!(eager::memory::live_bytes() - base >= 4 * activation, "retained: the activations stay");
+    loss.backward()?;
+    let twice: Vec<f32> = w.grad().unwrap().to_vec::<f32>()?;
+    for (t, o) in twice.iter().zip(&once) {
+        assert!((t - 2.0 * o).abs() <= 1e-5 * (1.0 + o.abs()), "{t} vs 2 x {o}");
+    }
+    Ok(())
+}
+
+#[test]
 fn no_grad_runs_ops_and_records_no_graph() -> Result<()> {
     let _serial = common::serial();
     let x = Tensor::from_slice(&[1.0f64, 2.0, 3.0], &[3])?.set_requires_grad(true)?;

@@ -19,7 +19,21 @@ use crate::shared::{lock, Shared};
 /// How a tensor was computed, kept while gradients may flow through it.
 pub(crate) struct Node {
     pub(crate) op: Op,
-    pub(crate) inputs: SmallVec<[Tensor; 3]>,
+    /// The op's inputs (its gradient rule reads them), held until a backward pass through
+    /// the node frees them, as torch frees a graph's saved tensors: `None` once freed.
+    inputs: Mutex<Option<SmallVec<[Tensor; 3]>>>,
+}
+
+impl Node {
+    /// The op's inputs, or `None` where a backward pass freed them.
+    pub(crate) fn inputs(&self) -> Option<SmallVec<[Tensor; 3]>> {
+        lock(&self.inputs).clone()
+    }
+
+    /// Lets go of the inputs (the activations a training step's loss would keep alive).
+    pub(crate) fn free(&self) {
+        lock(&self.inputs).take();
+    }
 }
 
 /// The autograd fields of a tensor.
@@ -124,7 +138,8 @@ pub(crate) fn record(op: &Op, inputs: &[&Tensor]) -> Option<Box<Node>> {
     if !inputs.iter().any(|t| t.tracks_grad()) || !is_grad_enabled() {
         return None;
     }
-    Some(Box::new(Node { op: op.clone(), inputs: inputs.iter().map(|t| (*t).clone()).collect() }))
+    let inputs = inputs.iter().map(|t| (*t).clone()).collect();
+    Some(Box::new(Node { op: op.clone(), inputs: Mutex::new(Some(inputs)) }))
 }
 
 /// What `grad_state` reads for a tensor without autograd state: one empty state for all.
