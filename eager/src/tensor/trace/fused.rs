@@ -139,8 +139,14 @@ fn run_fused(rec: Recording) {
         return;
     }
     let outputs: Vec<usize> = live.iter().map(|(v, _)| *v).collect();
-    let mut program = Program::new(rec.region.name, &rec.values, rec.sources.len(), &outputs, rec.ops);
-    program.tiered = rec.region.tiered;
+    let program = Program::of_recording(
+        rec.region.name,
+        &rec.values,
+        rec.sources.len(),
+        &outputs,
+        rec.ops,
+        rec.region.tiered,
+    );
     let run = || -> Result<Vec<Tensor>> {
         let inputs: Vec<Tensor> = rec
             .sources
@@ -152,7 +158,7 @@ fn run_fused(rec: Recording) {
             })
             .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = inputs.iter().collect();
-        let call = Op::Call(Call { program: Arc::new(program) });
+        let call = Op::Call(Call { program });
         Ok(crate::tensor::dispatch::dispatch_all(call, &refs, Some(rec.device))?.into_vec())
     };
     match run() {
