@@ -66,11 +66,14 @@ impl Module for Conv2d {
         // A [C, H, W] input is one sample.
         let batched = if x.rank() == 3 { x.unsqueeze(0)? } else { x.clone() };
         let w = self.weight.get();
-        let y = batched.conv2d(&w, self.stride, self.padding.clone(), self.dilation, self.groups)?;
+        let conv = || batched.conv2d(&w, self.stride, self.padding.clone(), self.dilation, self.groups);
         let y = match &self.bias {
+            // With its bias, one op (torch's `F.conv2d(x, w, b)`): one executable, not three.
             // Under autocast the bias joins the convolution's low precision, as torch's.
-            Some(b) => y.add(&crate::ops::autocast_low(&b.get())?.reshape(&[-1, 1, 1])?)?,
-            None => y,
+            Some(b) => crate::compile::fused_op("conv2d", || {
+                conv()?.add(&crate::ops::autocast_low(&b.get())?.reshape(&[-1, 1, 1])?)
+            })?,
+            None => conv()?,
         };
         if x.rank() == 3 {
             y.squeeze(0)
