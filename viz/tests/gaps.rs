@@ -200,6 +200,25 @@ fn the_timeline_cuts_idle_stretches_to_labelled_breaks_and_keeps_bar_ratios() {
 }
 
 #[test]
+fn a_short_last_cell_keeps_its_name_left_of_its_line() {
+    // Cell 2 starts where the plot ends: its name would run past the edge right of its line.
+    let cpu = Device::cpu();
+    let (exp, neg) = (info("exp", &[64], cpu, None), info("neg", &[64], cpu, None));
+    let hit = Some(CacheOutcome::Hit);
+    let events = vec![event(0, &exp, hit, MS, 0, 100 * MS), event(1, &neg, hit, 101 * MS, 0, MS / 100)];
+    let marks = [(0, 41), (1, 42)].map(|(seq, cell)| CellMark { seq, cell }).to_vec();
+    let p = Profile::from_events(events).with_cells(marks);
+    let chart = p.timeline();
+    let svg = chart.svg().unwrap();
+    dump("short_last_cell.png", &chart.png(1000, 320).unwrap());
+    let texts = texts(&svg);
+    let x_of = |name: &str| texts.iter().find(|(_, t)| t == name).map(|(x, _)| *x);
+    let (first, last) = (x_of("cell 41").expect("cell 41 named"), x_of("cell 42").expect("cell 42 named"));
+    let width = chart.default_size().0 as f64;
+    assert!(first < last && last < width - 40.0, "cell 41 at {first}, cell 42 at {last}, width {width}");
+}
+
+#[test]
 fn a_timeline_of_one_cell_names_no_cell_and_draws_as_png() {
     let p = session();
     let one = Profile::from_events(p.events().to_vec()).with_cells(vec![CellMark { seq: 0, cell: 7 }]);

@@ -188,8 +188,9 @@ pub(super) fn draw_cuts<DB: DrawingBackend>(
 }
 
 /// Names each cell (`cell 3`) in `strip`, above the plot, where its first dispatch starts
-/// (`(cell, x)`), with a thin line down the plot there; a name that would run into the last
-/// is left out.
+/// (`(cell, x)`), with a thin line down the plot there. The name stands right of the line,
+/// or left of it where it would run past the edge (a short last cell keeps its name); a name
+/// that would run into the one before it is left out.
 fn draw_cells<DB: DrawingBackend>(
     chart: &mut RowChart<DB>,
     strip: &Area<DB>,
@@ -206,14 +207,16 @@ fn draw_cells<DB: DrawingBackend>(
         chart.draw_series([PathElement::new(vec![(x, 0), (x, top)], CELL_LINE.stroke_width(1))])?;
         let text = format!("cell {cell}");
         let px = chart.backend_coord(&(x, top)).0 - base;
-        let w = strip.estimate_text_size(&text, &style)?.0 as i32;
-        if px >= free_from && px + w <= strip_w as i32 {
+        let (gap, w) = (look.px(4) as i32, strip.estimate_text_size(&text, &style)?.0 as i32);
+        // Right of its line where it fits, else left of it.
+        let text_x = if px + gap + w <= strip_w as i32 { px + gap } else { px - gap - w };
+        if text_x >= free_from.max(0) {
             strip.draw(&PathElement::new(
                 vec![(px, strip_h as i32 / 2), (px, strip_h as i32)],
                 CELL_LINE.stroke_width(1),
             ))?;
-            strip.draw(&Text::new(text, (px + look.px(4) as i32, strip_h as i32 / 2), style.clone()))?;
-            free_from = px + w + look.px(12) as i32;
+            strip.draw(&Text::new(text, (text_x, strip_h as i32 / 2), style.clone()))?;
+            free_from = text_x + w + look.px(8) as i32;
         }
     }
     Ok(())
