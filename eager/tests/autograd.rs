@@ -908,6 +908,10 @@ fn max_and_avg_pool2d() {
         (&[2, 5, 4], [3, 2], Some([1, 2]), [1, 0]),
         // Strides that leave an input tail no window reaches (an asymmetric gradient pad).
         (&[1, 2, 5, 6], [2, 3], Some([2, 2]), [0, 1]),
+        // Windows that tile the input (a reduce and a select, not select_and_scatter), with
+        // and without a tail they leave out.
+        (&[2, 6, 4], [3, 2], None, [0, 0]),
+        (&[1, 2, 5, 7], [2, 2], None, [0, 0]),
     ];
     for &(xs, k, s, p) in cases {
         // Distinct values: every window has one clear max.
@@ -929,5 +933,18 @@ fn max_pool_sends_a_tied_window_gradient_to_the_first_argmax() -> Result<()> {
         .set_requires_grad(true)?;
     x.max_pool2d([2, 2], None, [0, 0])?.sum_all()?.backward()?;
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+    // NaN counts as the max: the window's last NaN takes the gradient, as torch's kernels
+    // pick it (`val > max || isnan(val)`; torch 2.9 gives these gradients), with windows that
+    // tile and windows that overlap.
+    let nan = f32::NAN;
+    let v = [1.0f32, nan, 5.0, nan, 0.0, 2.0, 9.0, 9.0, 3.0];
+    for (k, s, want) in [
+        ([2, 2], None, vec![0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+        ([2, 2], Some([1, 1]), vec![0.0, 1.0, 0.0, 2.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+    ] {
+        let x = Tensor::from_slice(&v, &[1, 1, 3, 3])?.set_requires_grad(true)?;
+        x.max_pool2d(k, s, [0, 0])?.sum_all()?.backward()?;
+        assert_eq!(x.grad().unwrap().to_vec::<f32>()?, want, "kernel {k:?} stride {s:?}");
+    }
     Ok(())
 }
