@@ -156,7 +156,9 @@ impl Tensor {
             let Some(node) = t.node() else { continue };
             let Some(held) = node.inputs() else { continue };
             let inputs: SmallVec<[&Tensor; 3]> = held.iter().collect();
-            let input_grads = node.op.backward(&inputs, t, &g)?;
+            // `t` may be a consumer's valueless copy: a rule that reads the output has it saved.
+            let saved = node.saved_output();
+            let input_grads = node.op.backward(&inputs, saved.as_ref().unwrap_or(t), &g)?;
             for (input, ig) in held.iter().zip(input_grads) {
                 let Some(ig) = ig else { continue };
                 if !input.tracks_grad() {

@@ -752,7 +752,12 @@ fn backward_frees_the_graph_unless_retained() -> Result<()> {
     let base = eager::memory::live_bytes();
     let loss = forward()?;
     let held = eager::memory::live_bytes() - base;
-    assert!(held >= 4 * activation, "the graph holds its four activations: {held} bytes");
+    // What the rules read, as torch saves it: each tanh's output (also the second matmul's
+    // input); not the matmuls' results, which tanh's rule does not read.
+    assert!(
+        (2 * activation..3 * activation).contains(&held),
+        "the graph holds two of its four activations: {held} bytes"
+    );
     loss.backward()?;
     let after = eager::memory::live_bytes() - base;
     assert!(
@@ -768,7 +773,7 @@ fn backward_frees_the_graph_unless_retained() -> Result<()> {
     w.zero_grad();
     let loss = forward()?;
     loss.backward_retain_graph()?;
-    assert!(eager::memory::live_bytes() - base >= 4 * activation, "retained: the activations stay");
+    assert!(eager::memory::live_bytes() - base >= 2 * activation, "retained: the activations stay");
     loss.backward()?;
     let twice: Vec<f32> = w.grad().unwrap().to_vec::<f32>()?;
     for (t, o) in twice.iter().zip(&once) {

@@ -25,6 +25,7 @@ use crate::shape::{Shape, Spec};
 
 use super::emit::{accumulator, i64_array, Emitter, Value};
 use super::movement::MovementOps;
+use super::GradReads;
 use super::{check_arity, one, same_dtype, Accepts, Grads, Op, OpDef, Operand};
 
 /// Zero padding of each spatial dim, `[before, after]`.
@@ -71,6 +72,9 @@ impl Conv {
 }
 
 impl OpDef for Conv {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::inputs(&[0, 1])
+    }
     fn autocast_list(&self) -> super::AutocastList {
         super::AutocastList::Low
     }
@@ -319,6 +323,9 @@ pub struct Flip {
 }
 
 impl OpDef for Flip {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn name(&self) -> &'static str {
         "flip"
     }

@@ -14,6 +14,7 @@ use crate::shape::Spec;
 use super::create::CreateOps;
 use super::emit::{Emitter, Value};
 use super::reduce::ReduceOps;
+use super::GradReads;
 use super::{
     broadcast, broadcast_sources, check_arity, none, one, same_dtype, Accepts, AutocastList, DimSources,
     Grads, Op, OpDef, Operand,
@@ -100,6 +101,15 @@ elementwise!(
 });
 
 impl OpDef for Unary {
+    fn grad_reads(&self) -> GradReads {
+        match self {
+            Unary::Neg | Unary::Floor | Unary::Ceil | Unary::Round | Unary::Sign => GradReads::NONE,
+            Unary::Exp | Unary::Sqrt | Unary::Rsqrt | Unary::Tanh | Unary::Sigmoid | Unary::Expm1 => {
+                GradReads::OUTPUT
+            }
+            _ => GradReads::inputs(&[0]),
+        }
+    }
     fn autocast_list(&self) -> AutocastList {
         match self {
             Unary::Exp | Unary::Log | Unary::Log1p | Unary::Expm1 | Unary::Rsqrt => AutocastList::F32,
@@ -161,6 +171,14 @@ impl OpDef for Unary {
 }
 
 impl OpDef for Binary {
+    fn grad_reads(&self) -> GradReads {
+        match self {
+            Binary::Add | Binary::Sub => GradReads::NONE,
+            Binary::Mul | Binary::Maximum | Binary::Minimum => GradReads::inputs(&[0, 1]),
+            Binary::Div => GradReads::inputs(&[1]).and_output(),
+            Binary::Pow => GradReads::inputs(&[0, 1]).and_output(),
+        }
+    }
     fn autocast_list(&self) -> AutocastList {
         match self {
             Binary::Pow => AutocastList::F32,
@@ -229,6 +247,9 @@ impl OpDef for Binary {
 }
 
 impl OpDef for Compare {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn autocast_list(&self) -> AutocastList {
         AutocastList::Promote
     }
@@ -260,6 +281,9 @@ impl OpDef for Compare {
 pub struct Where;
 
 impl OpDef for Where {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::inputs(&[0])
+    }
     fn autocast_list(&self) -> AutocastList {
         AutocastList::Promote
     }
@@ -304,6 +328,9 @@ pub struct Triangle {
 }
 
 impl OpDef for Triangle {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
         broadcast_sources(inputs, output)
     }
@@ -352,6 +379,9 @@ pub struct Cast {
 }
 
 impl OpDef for Cast {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
         broadcast_sources(inputs, output)
     }

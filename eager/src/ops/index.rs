@@ -12,6 +12,7 @@ use super::elementwise::ElementwiseOps;
 use super::emit::{i64_array, list, Emitter, Value};
 use super::matmul::MatmulOps;
 use super::movement::MovementOps;
+use super::GradReads;
 use super::{check_arity, Accepts, Checks, Dims, Grads, Op, OpDef, Operand};
 
 /// Rows of input 0 along `dim` picked by the 1-D integer input 1; negative indices count from
@@ -55,6 +56,9 @@ impl IndexCheck {
 }
 
 impl OpDef for IndexSelect {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::inputs(&[1])
+    }
     fn name(&self) -> &'static str {
         "index_select"
     }
@@ -247,6 +251,9 @@ fn passed_check(e: &mut Emitter, check: bool) {
 }
 
 impl OpDef for Gather {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::inputs(&[1])
+    }
     fn name(&self) -> &'static str {
         "gather"
     }
@@ -286,6 +293,9 @@ impl OpDef for Gather {
 }
 
 impl OpDef for ScatterAdd {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::inputs(&[1])
+    }
     fn name(&self) -> &'static str {
         "scatter_add"
     }

@@ -12,6 +12,7 @@ use crate::shape::{Shape, Spec};
 use super::emit::{accumulator, list, Emitter, Value};
 use super::movement::MovementOps;
 use super::reduce::ReduceOps;
+use super::GradReads;
 use super::{
     broadcast, broadcast_sources, check_arity, same_dtype, Accepts, DimSources, Grads, Op, OpDef, Operand,
 };
@@ -43,6 +44,9 @@ impl Matmul {
 }
 
 impl OpDef for Matmul {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::inputs(&[0, 1])
+    }
     fn autocast_list(&self) -> super::AutocastList {
         super::AutocastList::Low
     }

@@ -109,6 +109,52 @@ pub(crate) trait OpDef {
     fn autocast_list(&self) -> AutocastList {
         AutocastList::Keep
     }
+    /// The values `backward` reads besides `g` (see [`GradReads`]): by default all of them.
+    fn grad_reads(&self) -> GradReads {
+        GradReads::ALL
+    }
+}
+
+/// The values an op's gradient rule reads besides `g`: which inputs' and whether its
+/// output's. Shapes, dtypes and devices are always there. Autograd keeps only these (as
+/// torch saves only what a formula uses): an activation no rule reads is freed at once, and
+/// a composite run as one program need not write it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GradReads {
+    /// Bit `i`: input `i` (inputs past 63 always count as read).
+    inputs: u64,
+    /// The output.
+    pub(crate) output: bool,
+}
+
+impl GradReads {
+    /// Every input and the output (the rule may read anything).
+    pub(crate) const ALL: GradReads = GradReads { inputs: u64::MAX, output: true };
+    /// Nothing but shapes (reshape, add, sum, …).
+    pub(crate) const NONE: GradReads = GradReads { inputs: 0, output: false };
+    /// The output only (exp, tanh, …).
+    pub(crate) const OUTPUT: GradReads = GradReads { inputs: 0, output: true };
+
+    /// The inputs at `indices`.
+    pub(crate) const fn inputs(indices: &[usize]) -> GradReads {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < indices.len() {
+            bits |= 1 << indices[i];
+            i += 1;
+        }
+        GradReads { inputs: bits, output: false }
+    }
+
+    /// These reads and the output.
+    pub(crate) const fn and_output(self) -> GradReads {
+        GradReads { output: true, ..self }
+    }
+
+    /// Whether the rule reads input `i`.
+    pub(crate) fn input(&self, i: usize) -> bool {
+        i >= 64 || self.inputs & (1 << i) != 0
+    }
 }
 
 /// The lists of [`autocast`](mod@crate::autocast), as torch's autocast has them.
@@ -259,6 +305,10 @@ macro_rules! ops {
             /// Which autocast list the op is on (see `OpDef::autocast_list`).
             pub fn autocast_list(&self) -> AutocastList {
                 match self { $(Op::$variant(o) => o.autocast_list(),)* }
+            }
+            /// What the gradient rule reads (see `OpDef::grad_reads`).
+            pub(crate) fn grad_reads(&self) -> GradReads {
+                match self { $(Op::$variant(o) => o.grad_reads(),)* }
             }
         }
     };

@@ -9,6 +9,7 @@ use crate::shape::{broadcasts_to, resolve_dim, Shape, Spec};
 
 use super::emit::{i64_array, Emitter, Value};
 use super::reduce::ReduceOps;
+use super::GradReads;
 use super::{
     broadcast_sources, check_arity, one, same_dtype, signed, DimSources, Dims, Grads, Op, OpDef, Operand,
 };
@@ -21,6 +22,9 @@ pub struct Reshape {
 }
 
 impl OpDef for Reshape {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     /// An output dim runs along an input dim that starts at the same element offset when one
     /// is a major factor of the other (`[8] -> [2, 4]`: dim 0 along dim 0; `[2, 4] -> [8]`
     /// likewise): a split of the input dim into parts that divide the output dim carries over.
@@ -78,6 +82,9 @@ pub struct Permute {
 }
 
 impl OpDef for Permute {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn dim_sources(&self, _inputs: &[Spec], _output: &Spec) -> DimSources {
         self.perm.iter().map(|&d| smallvec::smallvec![(0, d)]).collect()
     }
@@ -125,6 +132,9 @@ pub struct BroadcastTo {
 }
 
 impl OpDef for BroadcastTo {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn dim_sources(&self, inputs: &[Spec], output: &Spec) -> DimSources {
         broadcast_sources(inputs, output)
     }
@@ -163,6 +173,9 @@ pub struct Slice {
 }
 
 impl OpDef for Slice {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn name(&self) -> &'static str {
         "slice"
     }
@@ -233,6 +246,9 @@ pub struct Pad {
 }
 
 impl OpDef for Pad {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn name(&self) -> &'static str {
         "pad"
     }
@@ -283,6 +299,9 @@ pub struct Concat {
 }
 
 impl OpDef for Concat {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn autocast_list(&self) -> super::AutocastList {
         super::AutocastList::Promote
     }

@@ -17,6 +17,7 @@ use crate::shape::{Shape, Spec};
 use super::elementwise::ElementwiseOps;
 use super::emit::{accumulator, i64_array, Emitter, Value};
 use super::reduce::ReduceOps;
+use super::GradReads;
 use super::{check_arity, one, same_dtype, Accepts, Grads, Op, OpDef, Operand};
 
 /// Zero (or -inf) padding of each dim, `[before, after]`.
@@ -61,6 +62,12 @@ fn check_attrs(name: &'static str, x: &Spec, lists: &[&[usize]], pads: &PoolPads
 }
 
 impl OpDef for Pool {
+    fn grad_reads(&self) -> GradReads {
+        match self.kind {
+            PoolKind::Max => GradReads::inputs(&[0]),
+            PoolKind::Sum => GradReads::NONE,
+        }
+    }
     fn name(&self) -> &'static str {
         match self.kind {
             PoolKind::Max => "max_pool",

@@ -14,6 +14,7 @@ use crate::shape::{Shape, Spec};
 use super::elementwise::ElementwiseOps;
 use super::emit::{accumulator, i64_array, Emitter, Value};
 use super::movement::MovementOps;
+use super::GradReads;
 use super::{check_arity, none, one, signed, Accepts, DimSources, Dims, Grads, Op, OpDef, Operand};
 
 /// What a reduction computes.
@@ -45,6 +46,12 @@ pub struct Reduce {
 }
 
 impl OpDef for Reduce {
+    fn grad_reads(&self) -> GradReads {
+        match self.kind {
+            ReduceKind::Max | ReduceKind::Min => GradReads::inputs(&[0]).and_output(),
+            _ => GradReads::NONE,
+        }
+    }
     fn autocast_list(&self) -> super::AutocastList {
         match self.kind {
             ReduceKind::Sum | ReduceKind::Mean => super::AutocastList::F32,

@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::shape::Spec;
 
 use super::emit::{Emitter, Value};
+use super::GradReads;
 use super::{check_arity, one, DimSources, Grads, OpDef, Operand};
 
 /// The input's values, split per dim over mesh axes `axes[d]` (major first; dims past the
@@ -48,6 +49,9 @@ impl Shard {
 }
 
 impl OpDef for Shard {
+    fn grad_reads(&self) -> GradReads {
+        GradReads::NONE
+    }
     fn name(&self) -> &'static str {
         "shard"
     }

@@ -19,9 +19,12 @@ use crate::shared::{lock, Shared};
 /// How a tensor was computed, kept while gradients may flow through it.
 pub(crate) struct Node {
     pub(crate) op: Op,
-    /// The op's inputs (its gradient rule reads them), held until a backward pass through
-    /// the node frees them, as torch frees a graph's saved tensors: `None` once freed.
+    /// The op's inputs, held until a backward pass through the node frees them, as torch
+    /// frees a graph's saved tensors: `None` once freed. An input whose value the gradient
+    /// rule does not read is kept without it (its place in the graph, shape and dtype).
     inputs: Mutex<Option<SmallVec<[Tensor; 3]>>>,
+    /// The output's value, where the rule reads it (exp, tanh, …): set as the result is made.
+    output: Mutex<Option<Tensor>>,
 }
 
 impl Node {
@@ -30,9 +33,16 @@ impl Node {
         lock(&self.inputs).clone()
     }
 
-    /// Lets go of the inputs (the activations a training step's loss would keep alive).
+    /// The output's value, if the rule reads it and no backward pass freed it.
+    pub(crate) fn saved_output(&self) -> Option<Tensor> {
+        lock(&self.output).clone()
+    }
+
+    /// Lets go of the inputs and output (the activations a training step's loss would keep
+    /// alive).
     pub(crate) fn free(&self) {
         lock(&self.inputs).take();
+        lock(&self.output).take();
     }
 }
 
@@ -138,8 +148,13 @@ pub(crate) fn record(op: &Op, inputs: &[&Tensor]) -> Option<Box<Node>> {
     if !inputs.iter().any(|t| t.tracks_grad()) || !is_grad_enabled() {
         return None;
     }
-    let inputs = inputs.iter().map(|t| (*t).clone()).collect();
-    Some(Box::new(Node { op: op.clone(), inputs: Mutex::new(Some(inputs)) }))
+    let reads = op.grad_reads();
+    let inputs = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| if reads.input(i) { (*t).clone() } else { t.without_value() })
+        .collect();
+    Some(Box::new(Node { op: op.clone(), inputs: Mutex::new(Some(inputs)), output: Mutex::new(None) }))
 }
 
 /// What `grad_state` reads for a tensor without autograd state: one empty state for all.
@@ -150,6 +165,10 @@ impl Tensor {
     /// results get none, as in torch: no gradient flows through them.
     pub(crate) fn with_node(mut self, node: Option<Box<Node>>) -> Tensor {
         if let Some(node) = node.filter(|_| self.dtype().is_float()) {
+            if node.op.grad_reads().output {
+                // The value alone: the node holding this tensor's autograd state would be a cycle.
+                *lock(&node.output) = Some(self.detach());
+            }
             self.autograd = Some(Arc::new(GradState { node: Some(node), ..Default::default() }));
         }
         self

@@ -192,6 +192,29 @@ impl Tensor {
         Tensor { inner: self.inner.clone(), autograd: None }
     }
 
+    /// This tensor's place in the autograd graph without its value (the same autograd state,
+    /// shape, dtype and device): what a node keeps of an input its gradient rule does not
+    /// read. A tensor split over a mesh is kept whole (rules consult its split).
+    pub(crate) fn without_value(&self) -> Tensor {
+        if self.inner.shards.is_some() || self.inner.traced.as_ref().is_some_and(|r| r.split().is_some()) {
+            return self.clone();
+        }
+        let inner = Inner {
+            buffer: None,
+            spec: self.inner.spec.clone(),
+            device: self.inner.device,
+            runtime: self.inner.runtime.clone(),
+            producer: None,
+            completion: Arc::default(),
+            traced: None,
+            host_bounds: None,
+            shards: None,
+            lazy: None,
+            booked: smallvec::SmallVec::new(),
+        };
+        Tensor { inner: Arc::new(inner), autograd: self.autograd.clone() }
+    }
+
     /// Identity of this tensor in a backward pass: its autograd state, else its data.
     pub(crate) fn identity(&self) -> usize {
         match &self.autograd {
