@@ -523,14 +523,18 @@ mod tests {
         assert!(m.contains("-> tensor<1x1x2x2xf32>") && m.contains("-> tensor<1x1x2x2xf16>"), "{m}");
     }
 
+    /// Max pooling's gradient over the last two dims of a rank-4 input, unpadded.
+    fn max_pool_grad(k: usize, s: usize) -> MaxPoolGrad {
+        MaxPoolGrad {
+            window: [1, 1, k, k].into_iter().collect(),
+            stride: [1, 1, s, s].into_iter().collect(),
+            padding: [[0, 0]; 4].into_iter().collect(),
+        }
+    }
+
     #[test]
     fn max_pool_grad_of_overlapping_windows_selects_and_scatters() {
-        let op = MaxPoolGrad {
-            window: [1, 1, 3, 3].into_iter().collect(),
-            stride: [1, 1, 2, 2].into_iter().collect(),
-            padding: [[0, 0]; 4].into_iter().collect(),
-        };
-        let m = module(op, &[f32s(&[1, 1, 5, 5]), f32s(&[1, 1, 2, 2])]);
+        let m = module(max_pool_grad(3, 2), &[f32s(&[1, 1, 5, 5]), f32s(&[1, 1, 2, 2])]);
         assert!(
             m.contains("\"stablehlo.select_and_scatter\"") && m.contains("comparison_direction GE"),
             "{m}"
@@ -539,13 +543,8 @@ mod tests {
 
     #[test]
     fn max_pool_grad_of_tiling_windows_reduces_and_selects() {
-        let op = MaxPoolGrad {
-            window: [1, 1, 2, 2].into_iter().collect(),
-            stride: [1, 1, 2, 2].into_iter().collect(),
-            padding: [[0, 0]; 4].into_iter().collect(),
-        };
         // 5x5 cut to whole windows (4x4), split as [1, 1, 2, 2, 2, 2], the tail padded back.
-        let m = module(op, &[f32s(&[1, 1, 5, 5]), f32s(&[1, 1, 2, 2])]);
+        let m = module(max_pool_grad(2, 2), &[f32s(&[1, 1, 5, 5]), f32s(&[1, 1, 2, 2])]);
         assert!(!m.contains("select_and_scatter"), "{m}");
         assert!(m.contains("\"stablehlo.slice\"") && m.contains("-> tensor<1x1x2x2x2x2xf32>"), "{m}");
         assert!(m.contains("dimensions = array<i64: 3, 5>") && m.contains("\"stablehlo.select\""), "{m}");
