@@ -3,12 +3,13 @@
 //! pooling divides (padding zeros count, torch's `count_include_pad=True`). f16 and bf16 sums
 //! accumulate in f32 and round once.
 //!
-//! Gradients: max pooling sends each window's gradient to one argmax, as torch's kernels pick
-//! it: the first max in row-major order, or the last NaN where the window holds NaN, through `stablehlo.select_and_scatter` ([`MaxPoolGrad`]),
-//! or, where the windows tile the input, through a reduce and a select (faster on XLA:CPU);
-//! torch also sends it to one argmax. Sum pooling's gradient is the sum pooling of `g`
-//! dilated by the stride (`base_dilations`) and padded by `(k-1-lo, k-1-hi+r)`, `r` the input
-//! tail no window reached: every input element gets the sum of the windows holding it.
+//! Gradients: max pooling sends each window's gradient to one element, as torch's kernels
+//! pick it: the first max in row-major order, or the last NaN where the window holds NaN;
+//! through `stablehlo.select_and_scatter` ([`MaxPoolGrad`]) or, where the windows tile the
+//! input, through a reduce and a select (faster on XLA:CPU). Sum pooling's gradient is the
+//! sum pooling of `g` dilated by the stride (`base_dilations`) and padded by
+//! `(k-1-lo, k-1-hi+r)`, `r` the input tail no window reached: every input element gets the
+//! sum of the windows holding it.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -379,16 +380,9 @@ impl MaxPoolGrad {
         if whole.as_slice() == out.shape.as_slice() {
             return grad;
         }
-        let zero = e.constant(&Spec::new(&[], dtype), 0.0);
-        let tail: Vec<usize> = out.shape.iter().zip(&whole).map(|(n, w)| n - w).collect();
-        let none = vec![0; tail.len()];
-        let attr = format!(
-            "edge_padding_low = {}, edge_padding_high = {}, interior_padding = {}",
-            i64_array(&none),
-            i64_array(&tail),
-            i64_array(&none)
-        );
-        e.op("stablehlo.pad", &[&grad, &zero], &attr, out)
+        let none: super::Dims = whole.iter().map(|_| 0).collect();
+        let tail = out.shape.iter().zip(&whole).map(|(n, w)| n - w).collect();
+        super::movement::Pad { low: none.clone(), high: tail, interior: none }.emit(e, &[grad], out)
     }
 }
 
