@@ -41,6 +41,8 @@ pub mod chapters {
     pub mod models {}
     #[doc = include_str!("src/mixed-precision.md")]
     pub mod mixed_precision {}
+    #[doc = include_str!("src/serving.md")]
+    pub mod serving {}
     #[doc = include_str!("src/architecture.md")]
     pub mod architecture {}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust tests of every crate (core, viz, REPL through a pty, the guide's
 # snippets), the API docs and the guide built, then the Jupyter kernel under real Jupyter
-# clients and the notebooks under nbclient, and a model trained in eager loaded by transformers.
+# clients and the notebooks under nbclient, a model trained in eager loaded by transformers, and
+# eager-serve under OpenAI's client against transformers' generation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
@@ -23,4 +24,5 @@ fi
 mdbook build docs
 cargo build --release -p kernel
 cargo build --release -p eager-models --examples
-python3 -m pytest -q tests/kernel tests/notebooks tests/models
+cargo build --release -p eager-serve
+python3 -m pytest -q tests/kernel tests/notebooks tests/models tests/serve

@@ -206,8 +206,10 @@ impl Error {
     }
 }
 
-/// A result whose error is eager's [`Error`].
-pub type Result<T> = std::result::Result<T, Error>;
+/// A result whose error is eager's [`Error`] unless another is named: `Result<T, E>` still
+/// means std's, so code that names two parameters (evcxr's generated code inside a cell that
+/// has `eager::prelude::*` in scope, `Result<(), EvcxrUserCodeError>`) keeps compiling.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 // What an out-of-memory error names lives here, under `memory` (whose ledger makes the rows),
 // so that the error type needs no layer above it.

@@ -1,12 +1,14 @@
 //! The nn pieces Hugging Face architectures are built from, against plain math on the host:
 //! functional scaled dot-product attention (bool and additive float masks, an explicit scale,
 //! fewer key/value heads, a fully masked row giving 0 as torch 2.9, dropout's expectation),
-//! rms_norm and layer_norm, rotary embeddings, and the static key/value cache's writes at a
-//! position held in a tensor. (Whole models are checked against transformers in models/.)
+//! rms_norm and layer_norm, rotary embeddings (computed and tabulated), the static key/value
+//! cache's writes at a position held in a tensor (one batch or a part per sequence), and a
+//! Linear whose weight is stored transposed for inference. (Whole models are checked against
+//! transformers in models/.)
 
 use eager::nn::{
-    apply_rotary, layer_norm, rms_norm, rotate_half, scaled_dot_product_attention, AttentionOptions,
-    RopeScaling, RotaryEmbedding, StaticKvCache,
+    apply_rotary, layer_norm, rms_norm, rotate_half, scaled_dot_product_attention, AttentionOptions, Linear,
+    Module, RopeScaling, RotaryEmbedding, StaticKvCache,
 };
 use eager::{DType, Tensor};
 
@@ -123,6 +125,10 @@ fn a_fully_masked_row_gives_zeros_not_nan() {
     };
     let got = attend(&mask_t);
     assert_eq!(&got[d..2 * d], &[0.0, 0.0], "the fully masked row");
+    // The tensor method gives the same answer: one rule for a row with nothing to attend.
+    let method =
+        qt.scaled_dot_product_attention(&kt, &vt, Some(&mask_t), false).unwrap().to_vec::<f32>().unwrap();
+    close(&method, &got, 1e-6, "Tensor::scaled_dot_product_attention against nn's");
     close(
         &got,
         &host_attention(&q, &k, &v, 1, 1, l, s, d, 1.0 / (d as f32).sqrt(), &keep, &|_, _| 0.0),
@@ -236,16 +242,16 @@ fn the_static_cache_writes_at_a_position_held_in_a_tensor() {
     let k1 = Tensor::from_slice(&[9f32, 9.5], &[1, 1, 1, d]).unwrap();
     cache.write(&k1, &k1, &at(4)).unwrap();
     assert_eq!(
-        cache.keys.to_vec::<f32>().unwrap(),
+        cache.keys().unwrap().to_vec::<f32>().unwrap(),
         vec![0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 9.5, 0.0, 0.0]
     );
     assert_eq!(
-        cache.values.to_vec::<f32>().unwrap(),
+        cache.values().unwrap().to_vec::<f32>().unwrap(),
         vec![0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, 9.0, 9.5, 0.0, 0.0]
     );
     // Overwriting slot 2.
     cache.write(&k1, &k1, &at(2)).unwrap();
-    assert_eq!(&cache.keys.to_vec::<f32>().unwrap()[4..6], &[9.0, 9.5]);
+    assert_eq!(&cache.keys().unwrap().to_vec::<f32>().unwrap()[4..6], &[9.0, 9.5]);
     assert!(
         cache.write(&k1, &k1, &Tensor::from_slice(&[1.0f32], &[]).unwrap()).is_err(),
         "the position must be an i64"
@@ -254,4 +260,100 @@ fn the_static_cache_writes_at_a_position_held_in_a_tensor() {
         cache.write(&k1.reshape(&[1, 1, 2, 1]).unwrap(), &k1, &at(0)).is_err(),
         "a shape that is not [B, heads, T, dim]"
     );
+}
+
+#[test]
+fn sign_of_negative_zero_is_positive_zero_as_torch() {
+    let x = Tensor::from_slice(&[-0.0f32, 0.0, -2.5, 3.0, f32::NAN], &[5]).unwrap();
+    let got = x.sign().unwrap().to_vec::<f32>().unwrap();
+    // torch.sign(torch.tensor([-0., 0., -2.5, 3., nan])) = [0., 0., -1., 1., nan], both zeros +0.
+    assert_eq!(got[0].to_bits(), 0.0f32.to_bits(), "sign(-0.0) is +0.0, got {}", got[0]);
+    assert_eq!(got[1].to_bits(), 0.0f32.to_bits());
+    assert_eq!(&got[2..4], &[-1.0, 1.0]);
+    assert!(got[4].is_nan(), "sign(nan) is nan, got {}", got[4]);
+}
+
+#[test]
+fn a_cache_of_rows_writes_each_at_its_own_position_and_attends_as_one_batch() {
+    // Two sequences at positions 2 and 4 of a 6-slot cache: held as one [2, ...] part, or as a
+    // part per sequence (a server's slots), the writes and the attention agree.
+    let dev = eager::default_device();
+    let (cap, d, heads, kv) = (6, 4, 2, 1);
+    let fill = |n: usize, s: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32) * s).sin()).collect() };
+    let old_k = Tensor::from_slice(&fill(2 * kv * cap * d, 0.7), &[2, kv, cap, d]).unwrap();
+    let old_v = Tensor::from_slice(&fill(2 * kv * cap * d, 0.3), &[2, kv, cap, d]).unwrap();
+    let k = Tensor::from_slice(&fill(2 * kv * d, 1.3), &[2, kv, 1, d]).unwrap();
+    let v = Tensor::from_slice(&fill(2 * kv * d, 1.9), &[2, kv, 1, d]).unwrap();
+    let q = Tensor::from_slice(&fill(2 * heads * d, 0.5), &[2, heads, 1, d]).unwrap();
+    let start = Tensor::from_slice(&[2i64, 4], &[2]).unwrap();
+    let seen: Vec<u8> = (0..2 * cap).map(|i| ((i % cap) <= [2, 4][i / cap]) as u8).collect();
+    let mask = Tensor::from_bytes_on(&seen, &[2, 1, 1, cap], DType::Bool, dev).unwrap();
+    let mut batched = StaticKvCache::from_parts(old_k.clone(), old_v.clone()).unwrap();
+    let a = batched.attend(&q, &k, &v, &start, Some(&mask)).unwrap().to_vec::<f32>().unwrap();
+    let row = |t: &Tensor, j: usize| t.narrow(0, j, 1).unwrap();
+    let mut rows =
+        StaticKvCache::from_rows((0..2).map(|j| (row(&old_k, j), row(&old_v, j))).collect()).unwrap();
+    let b = rows.attend(&q, &k, &v, &start, Some(&mask)).unwrap().to_vec::<f32>().unwrap();
+    close(&b, &a, 1e-6, "rows against one batch");
+    assert_eq!(
+        rows.keys().unwrap().to_vec::<f32>().unwrap(),
+        batched.keys().unwrap().to_vec::<f32>().unwrap()
+    );
+    // Row 0 took its new key at slot 2 and kept slot 4's; row 1 the other way round.
+    let got = rows.into_parts();
+    let (k0, k1) = (got[0].0.to_vec::<f32>().unwrap(), got[1].0.to_vec::<f32>().unwrap());
+    let new = k.to_vec::<f32>().unwrap();
+    let old = old_k.to_vec::<f32>().unwrap();
+    assert_eq!(&k0[2 * d..3 * d], &new[..d]);
+    assert_eq!(&k0[4 * d..5 * d], &old[4 * d..5 * d]);
+    assert_eq!(&k1[4 * d..5 * d], &new[d..]);
+    assert_eq!(&k1[2 * d..3 * d], &old[cap * d + 2 * d..cap * d + 3 * d]);
+    // By hand for row 1: softmax over slots 0..=4 of q·k/√d, then the values.
+    let (keys1, vals1) = (&k1, got[1].1.to_vec::<f32>().unwrap());
+    let q1 = &q.to_vec::<f32>().unwrap()[heads * d..heads * d + d];
+    let scores: Vec<f32> =
+        (0..=4).map(|p| (0..d).map(|i| q1[i] * keys1[p * d + i]).sum::<f32>() / (d as f32).sqrt()).collect();
+    let m = scores.iter().cloned().fold(f32::MIN, f32::max);
+    let w: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
+    let z: f32 = w.iter().sum();
+    let want: Vec<f32> = (0..d).map(|i| (0..=4).map(|p| w[p] / z * vals1[p * d + i]).sum()).collect();
+    close(&b[heads * d..heads * d + d], &want, 1e-5, "row 1, head 0, by hand");
+}
+
+#[test]
+fn a_weight_stored_transposed_gives_the_same_products_and_refuses_updates() {
+    let layer = Linear::with_options(6, 4, true, DType::F32).unwrap();
+    let x = Tensor::from_slice(&seq(3 * 2 * 6, 0.9), &[3, 2, 6]).unwrap();
+    let before = layer.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    let w = layer.weight.get().to_vec::<f32>().unwrap();
+    // A parameter that takes gradients keeps its layout: the error says what to do.
+    let err = layer.weight.store_transposed().unwrap_err().to_string();
+    assert!(err.contains("Var::store_transposed") && err.contains("set_requires_grad(false)"), "{err}");
+    layer.weight.set_requires_grad(false).unwrap();
+    layer.weight.store_transposed().unwrap();
+    assert!(layer.weight.is_stored_transposed());
+    let stored = layer.weight.get();
+    assert_eq!(stored.shape(), &[6, 4]);
+    let t = stored.to_vec::<f32>().unwrap();
+    assert!((0..4).all(|o| (0..6).all(|i| t[i * 4 + o] == w[o * 6 + i])), "stored [in, out]");
+    close(&layer.forward(&x).unwrap().to_vec::<f32>().unwrap(), &before, 1e-6, "the same products");
+    let err = layer.weight.set(Tensor::from_slice(&w, &[4, 6]).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("Var::set") && err.contains("stored transposed"), "{err}");
+}
+
+#[test]
+fn tabulated_rotary_rows_equal_the_computed_ones() {
+    let dev = eager::default_device();
+    let rope = RotaryEmbedding::new(8, 10000.0, &RopeScaling::Default).unwrap();
+    let table = rope.clone().with_table(64, dev).unwrap();
+    let pos = Tensor::from_slice(&[0i64, 5, 63, 17, 2, 40], &[2, 3]).unwrap();
+    let (c1, s1) = rope.cos_sin(&pos, DType::F32).unwrap();
+    let (c2, s2) = table.cos_sin(&pos, DType::F32).unwrap();
+    assert_eq!(c2.shape(), &[2, 3, 8]);
+    assert_eq!(c1.to_vec::<f32>().unwrap(), c2.to_vec::<f32>().unwrap(), "cos to the bit");
+    assert_eq!(s1.to_vec::<f32>().unwrap(), s2.to_vec::<f32>().unwrap(), "sin to the bit");
+    // Past the table: a clear error naming the lookup, not a wrong row.
+    let far = Tensor::from_slice(&[64i64], &[1, 1]).unwrap();
+    let err = table.cos_sin(&far, DType::F32).and_then(|(c, _)| c.to_vec::<f32>()).unwrap_err().to_string();
+    assert!(err.contains("index_select") || err.contains("out of"), "{err}");
 }

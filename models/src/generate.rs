@@ -21,6 +21,14 @@ pub trait CausalLm {
     /// The model's configuration (vocabulary size, positions, cache shapes).
     fn config(&self) -> &Config;
 
+    /// Readies the model for inference only, as a server that owns it does: its weights stop
+    /// taking gradients and its projections are stored in the layout the device's few-row
+    /// products read fastest (`Var::store_transposed` on the CPU). The model is not trained
+    /// afterwards. The default does nothing.
+    fn prepare_inference(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// One static cache per layer, for `batch` sequences of up to `capacity` positions.
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>>;
 
@@ -32,6 +40,20 @@ pub trait CausalLm {
         mask: &Tensor,
         cache: Option<(&mut [StaticKvCache], &Tensor)>,
     ) -> Result<Tensor>;
+
+    /// As [`CausalLm::step`], with the logits of the positions `rows` (i64 `[R]`) of each
+    /// sequence only, `[B, R, vocab]` (transformers' `logits_to_keep`): a prefill needs its last
+    /// position's, and the output head is a large product per position.
+    fn step_at(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut [StaticKvCache], &Tensor)>,
+        rows: &Tensor,
+    ) -> Result<Tensor> {
+        Ok(self.step(ids, positions, mask, cache)?.index_select(1, rows)?)
+    }
 
     /// Logits `[B, T, vocab]` of the whole sequence `ids` `[B, T]` (transformers'
     /// `model(ids).logits`); `attention_mask` `[B, T]` (1 for tokens, 0 for padding) as
@@ -176,8 +198,9 @@ pub fn generate(
     let mask = step_mask(&key_valid, &start, t)?;
     let ids_t = Tensor::from_slice_on(&ids, &[b, t], device)?;
     let pos_t = Tensor::from_slice_on(&positions, &[b, t], device)?;
-    // The prefill is one pass over every prompt position.
-    let logits = model.step(&ids_t, &pos_t, &mask, Some((&mut cache, &start)))?;
+    // The prefill is one pass over every prompt position; the head runs on the last one only.
+    let last_row = Tensor::from_slice_on(&[t as i64 - 1], &[1], device)?;
+    let logits = model.step_at(&ids_t, &pos_t, &mask, Some((&mut cache, &start)), &last_row)?;
     let mut last = last_logits(&logits)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); b];
@@ -193,7 +216,7 @@ pub fn generate(
             .step(ids, pos, mask, Some((&mut c, start)))
             .map_err(|e| crate::to_eager("decode_step", e))?;
         let mut outs = vec![logits];
-        outs.extend(c.into_iter().flat_map(|c| [c.keys, c.values]));
+        outs.extend(c.into_iter().flat_map(StaticKvCache::into_parts).flat_map(|(k, v)| [k, v]));
         Ok(outs)
     });
     for step in 0..opts.max_new_tokens {
@@ -235,19 +258,18 @@ pub fn generate(
                     .map_err(|e| crate::to_eager("decode_step", e))
             })?,
             DecodeMode::Compiled => {
+                let held: Vec<Tensor> =
+                    cache.iter().map(|c| Ok([c.keys()?, c.values()?])).collect::<Result<Vec<_>>>()?.concat();
                 let mut args: Vec<&Tensor> = vec![&ids_t, &pos_t, &start, &mask];
-                args.extend(cache.iter().flat_map(|c| [&c.keys, &c.values]));
+                args.extend(held.iter());
                 let mut outs = compiled.call(&args)?.into_iter();
                 let logits = outs
                     .next()
                     .ok_or_else(|| ModelError::Generate("the compiled step returned nothing".into()))?;
                 for c in cache.iter_mut() {
-                    c.keys = outs
-                        .next()
-                        .ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
-                    c.values = outs
-                        .next()
-                        .ok_or_else(|| ModelError::Generate("the compiled step lost a cache".into()))?;
+                    let lost = || ModelError::Generate("the compiled step lost a cache".into());
+                    let (k, v) = (outs.next().ok_or_else(lost)?, outs.next().ok_or_else(lost)?);
+                    *c = StaticKvCache::from_parts(k, v)?;
                 }
                 logits
             }
@@ -264,8 +286,9 @@ fn last_logits(logits: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// The next token from one row of logits, as transformers' logits processors and warpers do
-/// it: repetition penalty, then greedy, or temperature, top-k, top-p and a draw.
-fn choose(row: &[f32], history: &[u32], opts: &GenerateOptions, rng: &mut rand::rngs::StdRng) -> u32 {
+/// it: repetition penalty (over `history`, the tokens so far), then greedy, or temperature,
+/// top-k, top-p and a draw from `rng`. [`generate`] and a server's engine both choose with it.
+pub fn choose(row: &[f32], history: &[u32], opts: &GenerateOptions, rng: &mut rand::rngs::StdRng) -> u32 {
     let mut scores: Vec<f32> = row.to_vec();
     if opts.repetition_penalty != 1.0 {
         let p = opts.repetition_penalty as f32;

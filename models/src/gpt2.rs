@@ -160,15 +160,7 @@ impl CausalLm for Gpt2 {
             };
             let (q, k, v) = (head(0)?, head(1)?, head(2)?);
             let a = match cache.as_mut() {
-                Some((c, start)) => {
-                    c[i].write(&k, &v, start)?;
-                    scaled_dot_product_attention(
-                        &q,
-                        &c[i].keys,
-                        &c[i].values,
-                        AttentionOptions { mask: Some(mask), ..Default::default() },
-                    )?
-                }
+                Some((c, start)) => c[i].attend(&q, &k, &v, start, Some(mask))?,
                 None => scaled_dot_product_attention(
                     &q,
                     &k,

@@ -106,7 +106,8 @@ impl Llama {
         } else {
             linear("lm_head", cfg.vocab_size, h, false)?
         };
-        let rotary = RotaryEmbedding::new(hd, cfg.rope_theta, &cfg.rope_scaling)?;
+        let rotary = RotaryEmbedding::new(hd, cfg.rope_theta, &cfg.rope_scaling)?
+            .with_table(cfg.max_position_embeddings, device)?;
         Ok(Llama {
             config: cfg.clone(),
             embed_tokens,
@@ -178,6 +179,40 @@ impl CausalLm for Llama {
         &self.config
     }
 
+    fn prepare_inference(&self) -> Result<()> {
+        for (_, v) in self.named_parameters() {
+            if v.is_parameter() {
+                v.set_requires_grad(false)?;
+            }
+        }
+        // Rows times a transposed weight is the CPU's slow GEMM path; other devices choose
+        // their own layouts.
+        if self.lm_head.weight.get().device().kind != eager::DeviceKind::Cpu {
+            return Ok(());
+        }
+        let mut projections: Vec<&Linear> = Vec::new();
+        for l in &self.layers {
+            let (a, m) = (&l.self_attn, &l.mlp);
+            projections.extend([
+                &a.q_proj,
+                &a.k_proj,
+                &a.v_proj,
+                &a.o_proj,
+                &m.gate_proj,
+                &m.up_proj,
+                &m.down_proj,
+            ]);
+        }
+        // A head tied to the embeddings keeps the embeddings' layout (their lookups read rows).
+        if !self.lm_head.weight.ptr_eq(&self.embed_tokens.weight) {
+            projections.push(&self.lm_head);
+        }
+        for p in projections {
+            p.weight.store_transposed()?;
+        }
+        Ok(())
+    }
+
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>> {
         Ok(self
             .layers
@@ -191,7 +226,32 @@ impl CausalLm for Llama {
         ids: &Tensor,
         positions: &Tensor,
         mask: &Tensor,
+        cache: Option<(&mut [StaticKvCache], &Tensor)>,
+    ) -> Result<Tensor> {
+        self.run(ids, positions, mask, cache, None)
+    }
+
+    fn step_at(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        cache: Option<(&mut [StaticKvCache], &Tensor)>,
+        rows: &Tensor,
+    ) -> Result<Tensor> {
+        self.run(ids, positions, mask, cache, Some(rows))
+    }
+}
+
+impl Llama {
+    /// The decoder, then the head on every position or on `rows` only.
+    fn run(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
         mut cache: Option<(&mut [StaticKvCache], &Tensor)>,
+        rows: Option<&Tensor>,
     ) -> Result<Tensor> {
         let mut h = self.embed_tokens.lookup(ids)?;
         let (cos, sin) = self.rotary.cos_sin(positions, self.dtype)?;
@@ -200,6 +260,9 @@ impl CausalLm for Llama {
             let x = layer.input_layernorm.forward(&h)?;
             h = h.add(&layer.self_attn.forward_with(&x, &cos, &sin, Some(mask), layer_cache)?)?;
             h = h.add(&layer.mlp.forward(&layer.post_attention_layernorm.forward(&h)?)?)?;
+        }
+        if let Some(rows) = rows {
+            h = h.index_select(1, rows)?;
         }
         Ok(self.lm_head.forward(&self.norm.forward(&h)?)?)
     }

@@ -65,6 +65,14 @@ fn a_session_in_a_terminal() {
 
     // The ops of that cell were compiled (misses); the same cell again only executes them.
     cell(&mut p, ":profile", "cache: 0 hits, 2 misses");
+    // A closure kept in a variable and called in the next cell: evcxr's generated code names
+    // `Result<(), EvcxrUserCodeError>`, which the prelude's `Result` must not shadow.
+    cell(
+        &mut p,
+        "let double = |x: &Tensor| x.mul_scalar(2.0); println!(\"{}\", \"ke\".to_owned() + \"pt\")",
+        "kept",
+    );
+    cell(&mut p, "double(&a)?.to_vec::<f32>()?", r"\[2\.0, 4\.0, 6\.0\]");
     let t = Instant::now();
     cell(&mut p, "(&a * 2.0).exp()", r"403\.4288");
     let later_cell = t.elapsed();

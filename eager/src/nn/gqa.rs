@@ -1,100 +1,14 @@
 //! Grouped-query attention as Llama, Mistral and Qwen2 have it (`q_proj`, `k_proj`, `v_proj`,
-//! `o_proj`; fewer key/value heads than query heads, rotary positions), and the static
-//! key/value cache decoding writes into: fixed capacity, the write position a tensor, so
-//! every decode step has the same shapes and runs the same executables.
+//! `o_proj`; fewer key/value heads than query heads, rotary positions), decoding into a
+//! [`StaticKvCache`]; and Llama's gated MLP.
 
-use super::{apply_rotary, prefixed, scaled_dot_product_attention, AttentionOptions, Linear, Module};
-use crate::device::Device;
+use super::{
+    apply_rotary, prefixed, scaled_dot_product_attention, AttentionOptions, Linear, Module, StaticKvCache,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use crate::var::Var;
-
-/// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]` each.
-pub struct StaticKvCache {
-    /// The keys, `[B, kv_heads, capacity, head_dim]`.
-    pub keys: Tensor,
-    /// The values, `[B, kv_heads, capacity, head_dim]`.
-    pub values: Tensor,
-    /// `0..capacity`, i64: compared with the write position on the device.
-    slots: Tensor,
-}
-
-impl StaticKvCache {
-    /// An all-zero cache of `capacity` positions on `device`.
-    pub fn new(
-        batch: usize,
-        kv_heads: usize,
-        capacity: usize,
-        head_dim: usize,
-        dtype: DType,
-        device: Device,
-    ) -> Result<StaticKvCache> {
-        let shape = [batch, kv_heads, capacity, head_dim];
-        Ok(StaticKvCache {
-            keys: Tensor::full_on(&shape, 0.0, dtype, device)?,
-            values: Tensor::full_on(&shape, 0.0, dtype, device)?,
-            slots: Tensor::arange_on(0.0, capacity as f64, 1.0, DType::I64, device)?,
-        })
-    }
-
-    /// A cache holding `keys` and `values` `[B, kv_heads, capacity, head_dim]` (as a compiled
-    /// decode step receives them).
-    pub fn from_parts(keys: Tensor, values: Tensor) -> Result<StaticKvCache> {
-        if keys.rank() != 4 || keys.spec() != values.spec() {
-            let msg = format!(
-                "needs keys and values of one [B, heads, capacity, dim] spec, got {} and {}",
-                keys.spec(),
-                values.spec()
-            );
-            return Err(Error::shape("StaticKvCache", msg));
-        }
-        let slots = Tensor::arange_on(0.0, keys.shape()[2] as f64, 1.0, DType::I64, keys.device())?;
-        Ok(StaticKvCache { keys, values, slots })
-    }
-
-    /// Positions it can hold.
-    pub fn capacity(&self) -> usize {
-        self.slots.shape()[0]
-    }
-
-    /// Writes `k` and `v` `[B, kv_heads, T, head_dim]` into slots `start..start + T`, `start`
-    /// an i64 scalar tensor (so the step's position is data, not part of any op's key). The
-    /// caller keeps `start + T <= capacity`: slots past the end are not written.
-    pub fn write(&mut self, k: &Tensor, v: &Tensor, start: &Tensor) -> Result<()> {
-        let t = k.shape().get(2).copied().unwrap_or(0);
-        let mut want = self.keys.shape().to_vec();
-        want[2] = t;
-        if k.shape() != want || v.shape() != want || t == 0 || t > self.capacity() {
-            let msg = format!(
-                "needs keys and values {want:?} (T ≤ {}), got {} and {}",
-                self.capacity(),
-                k.spec(),
-                v.spec()
-            );
-            return Err(Error::shape("StaticKvCache::write", msg));
-        }
-        if start.numel() != 1 || start.dtype() != DType::I64 {
-            return Err(Error::invalid(
-                "StaticKvCache::write",
-                format!("start must be one i64, got {}", start.spec()),
-            ));
-        }
-        let start = start.reshape(&[1])?;
-        // Slot p takes row p - start of the new keys where start <= p < start + T.
-        let offset = self.slots.sub(&start)?;
-        let inside = offset.ge_scalar(0.0)?;
-        let inside = inside.where_cond(&offset.lt_scalar(t as f64)?, &inside)?.reshape(&[1, 1, -1, 1])?;
-        let rows = offset.maximum_scalar(0.0)?.minimum_scalar((t - 1) as f64)?;
-        let place = |new: &Tensor, old: &Tensor| -> Result<Tensor> {
-            let spread = if t == 1 { new.broadcast_to(old.shape())? } else { new.index_select(2, &rows)? };
-            inside.where_cond(&spread, old)
-        };
-        self.keys = place(&k.to_dtype(self.keys.dtype())?, &self.keys)?;
-        self.values = place(&v.to_dtype(self.values.dtype())?, &self.values)?;
-        Ok(())
-    }
-}
 
 /// Self-attention with `heads` query heads and `kv_heads` key/value heads of `head_dim`.
 pub struct GroupedQueryAttention {
@@ -168,11 +82,7 @@ impl GroupedQueryAttention {
         let k = apply_rotary(&split(self.k_proj.forward(x)?, self.kv_heads)?, cos, sin)?;
         let v = split(self.v_proj.forward(x)?, self.kv_heads)?;
         let out = match cache {
-            Some((cache, start)) => {
-                cache.write(&k, &v, start)?;
-                let opts = AttentionOptions { mask, ..Default::default() };
-                scaled_dot_product_attention(&q, &cache.keys, &cache.values, opts)?
-            }
+            Some((cache, start)) => cache.attend(&q, &k, &v, start, mask)?,
             None => scaled_dot_product_attention(
                 &q,
                 &k,

@@ -64,14 +64,22 @@ impl Linear {
         let x = &crate::ops::autocast_low(x)?;
         let weighted = || {
             let w = self.weight.get();
+            // A weight stored `[in, out]` for inference (Var::store_transposed) is read as it is.
+            let stored_t = self.weight.is_stored_transposed();
+            let outputs = w.shape()[if stored_t { 1 } else { 0 }];
+            let product = |rows: &Tensor| {
+                if stored_t {
+                    rows.matmul(&w)
+                } else {
+                    rows.matmul_transposed(&w, false, true)
+                }
+            };
             if x.rank() > 2 {
                 let mut out: Vec<isize> = x.shape()[..x.rank() - 1].iter().map(|&d| d as isize).collect();
-                out.push(w.shape()[0] as isize);
-                x.reshape(&[-1, x.shape()[x.rank() - 1] as isize])?
-                    .matmul_transposed(&w, false, true)?
-                    .reshape(&out)
+                out.push(outputs as isize);
+                product(&x.reshape(&[-1, x.shape()[x.rank() - 1] as isize])?)?.reshape(&out)
             } else {
-                x.matmul_transposed(&w, false, true)
+                product(x)
             }
         };
         match &self.bias {

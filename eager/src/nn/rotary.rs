@@ -38,7 +38,12 @@ pub struct RotaryEmbedding {
     pub inv_freq: Vec<f32>,
     /// The head dim.
     pub dim: usize,
+    /// cos and sin `[positions, dim]` (f32) of every position, when made ([`Self::with_table`]).
+    table: Option<(Tensor, Tensor)>,
 }
+
+/// Most positions [`RotaryEmbedding::with_table`] tabulates (4 MB of f32 at head dim 64).
+pub const MAX_TABLE_POSITIONS: usize = 8192;
 
 impl RotaryEmbedding {
     /// The inverse frequencies of a head dim `dim` (even) for base `theta`, scaled by `scaling`.
@@ -81,7 +86,22 @@ impl RotaryEmbedding {
                 }
             }
         }
-        Ok(RotaryEmbedding { inv_freq: inv, dim })
+        Ok(RotaryEmbedding { inv_freq: inv, dim, table: None })
+    }
+
+    /// The same embedding with cos and sin of positions `0..positions` computed once on
+    /// `device` (as transformers' `cos_cached`): [`Self::cos_sin`] then looks rows up instead
+    /// of computing them, so a compiled step holds no transcendental functions, which the CPU
+    /// backend otherwise recomputes inside every fused consumer. The rows are those the
+    /// computation gives (the same ops, once). Past [`MAX_TABLE_POSITIONS`] no table is made.
+    pub fn with_table(mut self, positions: usize, device: crate::device::Device) -> Result<RotaryEmbedding> {
+        if positions == 0 || positions > MAX_TABLE_POSITIONS {
+            return Ok(self);
+        }
+        let all = Tensor::arange_on(0.0, positions as f64, 1.0, DType::I64, device)?;
+        let (cos, sin) = self.cos_sin(&all, DType::F32)?;
+        self.table = Some((cos, sin));
+        Ok(self)
     }
 
     /// cos and sin `[..., T, dim]` for integer `positions` `[..., T]` (each frequency twice,
@@ -90,6 +110,16 @@ impl RotaryEmbedding {
         if !matches!(positions.dtype(), DType::I32 | DType::I64) {
             let msg = format!("positions must be integers, got {}", positions.spec());
             return Err(Error::dtype("RotaryEmbedding", msg));
+        }
+        if let Some((cos, sin)) = &self.table {
+            if cos.device() == positions.device() {
+                // Positions past the table fail the lookup's index check, a clear error.
+                let mut shape: Vec<isize> = positions.shape().iter().map(|&d| d as isize).collect();
+                shape.push(self.dim as isize);
+                let rows = positions.reshape(&[-1])?;
+                let look = |t: &Tensor| t.index_select(0, &rows)?.reshape(&shape)?.to_dtype(dtype);
+                return Ok((look(cos)?, look(sin)?));
+            }
         }
         let inv = Tensor::from_slice_on(&self.inv_freq, &[self.inv_freq.len()], positions.device())?;
         let freqs = positions.to_dtype(DType::F32)?.unsqueeze(-1)?.mul(&inv)?;

@@ -59,19 +59,45 @@ pub fn scaled_dot_product_attention(
     let (q, k, v) =
         (&crate::ops::autocast_low(q)?, &crate::ops::autocast_low(k)?, &crate::ops::autocast_low(v)?);
     crate::compile::fused_op("attention", || {
-        let (k, v) = (repeat_kv(k, q.shape()[rank - 3])?, repeat_kv(v, q.shape()[rank - 3])?);
-        let d = q.shape()[rank - 1];
+        let (heads, kv) = (q.shape()[rank - 3], k.shape()[rank - 3]);
+        let g = heads / kv;
+        let (l, s, d) = (q.shape()[rank - 2], k.shape()[rank - 2], q.shape()[rank - 1]);
+        let lead: Vec<isize> = q.shape()[..rank - 3].iter().map(|&x| x as isize).collect();
+        let shaped = |tail: &[usize]| -> Vec<isize> {
+            lead.iter().copied().chain(tail.iter().map(|&x| x as isize)).collect()
+        };
         let scale = opts.scale.unwrap_or(1.0 / (d as f64).sqrt());
         let dtype = q.dtype();
         let compute = if matches!(dtype, DType::BF16 | DType::F16) { DType::F32 } else { dtype };
-        let mut scores = q.matmul_transposed(&k, false, true)?.to_dtype(compute)?.mul_scalar(scale)?;
-        let (l, s) = (q.shape()[rank - 2], k.shape()[rank - 2]);
+        // Each key/value head serves its g query heads as g·L rows of one product, so the keys
+        // and values are read as they are, never repeated to H heads (a copy per layer per step).
+        let grouped_q = q.reshape(&shaped(&[kv, g * l, d]))?;
+        let mut scores = grouped_q
+            .matmul_transposed(k, false, true)?
+            .to_dtype(compute)?
+            .mul_scalar(scale)?
+            .reshape(&shaped(&[kv, g, l, s]))?;
+        // A mask broadcasts to [..., H, L, S] (torch's rule); here to [..., Hkv, g, L, S].
+        let grouped = |m: &Tensor| -> Result<Tensor> {
+            let r = m.rank();
+            if r < 3 {
+                return Ok(m.clone());
+            }
+            let mut shape: Vec<isize> = m.shape()[..r - 3].iter().map(|&x| x as isize).collect();
+            if m.shape()[r - 3] == heads {
+                shape.extend([kv as isize, g as isize]);
+            } else {
+                shape.extend([1, 1]);
+            }
+            shape.extend([m.shape()[r - 2] as isize, m.shape()[r - 1] as isize]);
+            m.reshape(&shape)
+        };
         let mut keep: Option<Tensor> = None;
         if let Some(m) = opts.mask {
             if m.dtype() == DType::Bool {
-                keep = Some(m.clone());
+                keep = Some(grouped(m)?);
             } else {
-                scores = scores.add(&m.to_dtype(compute)?)?;
+                scores = scores.add(&grouped(&m.to_dtype(compute)?)?)?;
             }
         }
         if opts.causal {
@@ -99,7 +125,12 @@ pub fn scaled_dot_product_attention(
             let kept = u.ge_scalar(opts.dropout)?.to_dtype(compute)?;
             weights = weights.mul(&kept)?.div_scalar(1.0 - opts.dropout)?;
         }
-        weights.to_dtype(dtype)?.matmul(&v)
+        let dv = v.shape()[rank - 1];
+        weights
+            .to_dtype(dtype)?
+            .reshape(&shaped(&[kv, g * l, s]))?
+            .matmul(v)?
+            .reshape(&shaped(&[heads, l, dv]))
     })
 }
 

@@ -118,11 +118,17 @@ pub(crate) trait CompositeOps: Operand {
                 None => lower,
             });
         }
-        let scores = match keep {
-            Some(m) => m.where_cond(&scores, &scores.scalar_like(f64::NEG_INFINITY)?)?,
-            None => scores,
-        };
-        scores.softmax(-1)?.matmul(v)
+        match keep {
+            Some(m) => {
+                let neg_inf = scores.scalar_like(f64::NEG_INFINITY)?;
+                let scores = m.where_cond(&scores, &neg_inf)?;
+                // A row with nothing to attend has weights 0 (torch's answer), not 0/0.
+                let dead = scores.max(&[-1], true)?.eq(&neg_inf)?;
+                let weights = scores.softmax(-1)?;
+                dead.where_cond(&weights.scalar_like(0.0)?, &weights)?.matmul(v)
+            }
+            None => scores.softmax(-1)?.matmul(v),
+        }
     }
 
     /// `[*, classes]` i64 rows with a 1 at each index (torch's `one_hot`): a scatter of ones,

@@ -138,6 +138,13 @@ impl OpDef for Unary {
                 let positive = e.compare("GT", &x[0], &zero);
                 e.op("stablehlo.convert", &[&positive], "", out)
             }
+            // torch's sign(-0.0) is +0.0; stablehlo.sign keeps the zero's sign.
+            Lowering::Sign if dtype.is_float() => {
+                let zero = e.constant(&x[0].spec, 0.0);
+                let is_zero = e.compare("EQ", &x[0], &zero);
+                let sign = e.op("stablehlo.sign", &[&x[0]], "", out);
+                e.op("stablehlo.select", &[&is_zero, &zero, &sign], "", out)
+            }
             Lowering::Sign => e.op("stablehlo.sign", &[&x[0]], "", out),
             Lowering::MaxWithZero => {
                 let zero = e.constant(&x[0].spec, 0.0);

@@ -340,7 +340,7 @@ forward_as_one! {
     /// `[..., S, d]` and values `[..., S, dv]` (torch's `F.scaled_dot_product_attention`).
     /// `mask` is bool, true where a query may attend (broadcast to `[..., L, S]`); `causal`
     /// lets query `i` attend keys `0..=i`. The softmax subtracts each row's max (stable); a row
-    /// with nothing to attend gives NaN, as torch.
+    /// with nothing to attend gives 0, as torch 2.9 and `nn::scaled_dot_product_attention`.
     scaled_dot_product_attention(k: &Tensor, v: &Tensor, mask: Option<&Tensor>, causal: bool) => CompositeOps;
     /// `x * sigmoid(x)` (SiLU, swish).
     silu() => CompositeOps;

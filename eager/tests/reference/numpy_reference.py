@@ -267,7 +267,9 @@ def compute(op, a, x):
         if a["causal"]:
             keep &= np.tril(np.ones(s.shape[-2:], bool))
         s = np.where(keep, s, s.dtype.type(-np.inf))
-        return softmax(s, -1) @ v
+        # A row with nothing to attend has weights 0 (torch 2.9's answer), not 0/0.
+        w = np.where(keep.any(-1, keepdims=True), softmax(s, -1), s.dtype.type(0))
+        return w @ v
     if op == "one_hot":
         n = a["classes"]
         if (x[0] < 0).any() or (x[0] >= n).any():

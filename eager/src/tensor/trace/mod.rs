@@ -387,7 +387,7 @@ pub(crate) fn traced_rng_state(device: Device) -> Option<Tensor> {
         })
     })
     .flatten()
-    .and_then(Result::ok)
+    .and_then(|r: Result<Tensor>| r.ok())
 }
 
 /// Makes `rec` the tracer's recording, unless one is running (then false: `rec` is dropped).

@@ -1,0 +1,710 @@
+//! The engine: one thread that owns the model and the key/value cache and takes requests on
+//! a channel. Each step it asks the [`Scheduler`] for a plan, prefills the planned prompt
+//! chunks (one compiled program per chunk-length bucket), runs one decode step of every
+//! sequence whose prompt is cached (one compiled program per batch-size bucket, 1, 2, 4, …),
+//! chooses each next token on the host and sends each request its text as it grows.
+//!
+//! The cache is one slot per running sequence (`layers × 2` tensors of `[1, kv_heads,
+//! max_model_len, head_dim]`); a decode step joins the slots of its sequences into a batch
+//! inside the program and splits the updated rows back out, so a step's work follows the
+//! sequences running, not the slots in all. Every program is compiled (or loaded from eager's
+//! disk cache) before the engine reports ready: no step compiles while serving.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use eager::nn::StaticKvCache;
+use eager::{DType, Device, Tensor};
+use eager_models::generate::{choose, GenerateOptions};
+use eager_models::{AutoModel, CausalLm, Tokenizer};
+use rand::SeedableRng;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::metrics::{Metrics, Outcome};
+use crate::scheduler::{Admission, QueueFull, Scheduler, SeqId, Ticket};
+use crate::text::TextStream;
+use crate::{Result, ServeError};
+
+/// How the engine sizes its cache and its steps.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Most sequences decoding together (key/value slots).
+    pub max_batch: usize,
+    /// Most positions of one sequence, prompt and generated (each slot's capacity); `None`:
+    /// the model's `max_position_embeddings`, at most 2048.
+    pub max_model_len: Option<usize>,
+    /// A bound on the key/value cache's bytes: fewer slots than `max_batch` where it binds.
+    pub kv_cache_memory: Option<u64>,
+    /// Most prompt tokens prefilled in one step (longer prompts go in chunks between decode steps).
+    pub prefill_chunk: usize,
+    /// Most requests waiting for a slot; more are refused.
+    pub max_waiting: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            max_batch: 8,
+            max_model_len: None,
+            kv_cache_memory: None,
+            prefill_chunk: 256,
+            max_waiting: 256,
+        }
+    }
+}
+
+/// How a request's tokens are chosen and when it ends.
+#[derive(Debug, Clone)]
+pub struct SamplingParams {
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// 0: greedy; otherwise logits are divided by it and sampled.
+    pub temperature: f64,
+    /// Nucleus sampling's mass.
+    pub top_p: Option<f64>,
+    /// The sampling's seed (the same seed, the same tokens); `None`: drawn per request.
+    pub seed: Option<u64>,
+    /// The text ends before the first of these.
+    pub stop: Vec<String>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { max_tokens: 16, temperature: 0.0, top_p: None, seed: None, stop: Vec::new() }
+    }
+}
+
+/// Why a sequence ended, as OpenAI's `finish_reason` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens`, or the context's end.
+    Length,
+}
+
+impl FinishReason {
+    /// `"stop"` or `"length"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// What a request hears from the engine, in order: text deltas, then one `Done` or `Failed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Text that is final now.
+    Text(String),
+    /// The request ended.
+    Done {
+        /// Why.
+        reason: FinishReason,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Tokens generated.
+        completion_tokens: usize,
+    },
+    /// The engine failed while running it.
+    Failed(String),
+}
+
+/// What the engine serves: the sizes a front end validates requests against.
+#[derive(Debug, Clone)]
+pub struct EngineInfo {
+    /// Positions per sequence, prompt and generated.
+    pub max_model_len: usize,
+    /// Key/value slots (sequences that decode together at most).
+    pub slots: usize,
+    /// Bytes of the key/value cache.
+    pub kv_cache_bytes: u64,
+    /// The batch-size buckets of the decode programs.
+    pub decode_buckets: Vec<usize>,
+    /// The prompt-chunk buckets of the prefill programs.
+    pub prefill_buckets: Vec<usize>,
+    /// The vocabulary's size.
+    pub vocab_size: usize,
+    /// Seconds the programs took to compile or load at start.
+    pub warmup_seconds: f64,
+}
+
+struct Submission {
+    prompt: Vec<u32>,
+    params: SamplingParams,
+    events: UnboundedSender<Event>,
+    ticket: Ticket,
+    arrived: Instant,
+}
+
+enum Command {
+    Submit(Submission),
+    /// Finish what runs and waits, then end the thread.
+    Drain,
+}
+
+/// A request handed to the engine: its events arrive on `events`; dropping the receiver
+/// cancels it (its slot is freed at the next step).
+pub struct Submitted {
+    /// Text deltas, then the end.
+    pub events: UnboundedReceiver<Event>,
+}
+
+/// The handle to a running engine thread.
+pub struct Engine {
+    tx: mpsc::Sender<Command>,
+    admission: Admission,
+    info: EngineInfo,
+    metrics: Arc<Metrics>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts the engine thread over `model` (moved into it) and compiles every program;
+    /// returns once it is ready to serve, or the error that stopped it.
+    pub fn start(
+        model: AutoModel,
+        tokenizer: Arc<Tokenizer>,
+        opts: EngineOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Engine> {
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let admission = Admission::new(opts.max_waiting.max(1));
+        let m = metrics.clone();
+        let thread = std::thread::Builder::new()
+            .name("eager-serve-engine".into())
+            .spawn(move || {
+                let _no_grad = eager::NoGradGuard::new();
+                let lm = match model.causal_lm() {
+                    Ok(lm) => lm,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(ServeError::Model(e)));
+                        return;
+                    }
+                };
+                let mut core = match Core::new(lm, &tokenizer, &opts, &m) {
+                    Ok(core) => core,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                if ready_tx.send(Ok(core.info.clone())).is_err() {
+                    return;
+                }
+                core.serve(rx);
+            })
+            .map_err(|e| ServeError::Engine(format!("could not start the engine thread: {e}")))?;
+        let info = match ready_rx.recv() {
+            Ok(Ok(info)) => info,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let why = match thread.join() {
+                    Err(p) => panic_text(&p),
+                    Ok(()) => "it ended before it was ready".into(),
+                };
+                return Err(ServeError::Engine(format!("the engine thread failed: {why}")));
+            }
+        };
+        Ok(Engine { tx, admission, info, metrics, thread: Some(thread) })
+    }
+
+    /// Queues `prompt`; refused at once when the queue is full.
+    pub fn submit(
+        &self,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+    ) -> std::result::Result<Submitted, Refusal> {
+        let ticket = self.admission.enter().map_err(Refusal::QueueFull)?;
+        let (events, rx) = unbounded_channel();
+        let s = Submission { prompt, params, events, ticket, arrived: Instant::now() };
+        self.tx.send(Command::Submit(s)).map_err(|_| Refusal::Stopped)?;
+        Ok(Submitted { events: rx })
+    }
+
+    /// The sizes requests are validated against.
+    pub fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    /// The engine's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Lets what runs and waits finish, then ends the engine thread (later submissions are
+    /// refused). Waits for the thread.
+    pub fn drain(&mut self) {
+        let _ = self.tx.send(Command::Drain);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.drain();
+    }
+}
+
+/// Why a request was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The queue is full.
+    #[error(transparent)]
+    QueueFull(QueueFull),
+    /// The engine has stopped (draining or failed).
+    #[error("the engine is shutting down")]
+    Stopped,
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic".into())
+}
+
+/// A request the engine holds.
+struct Active {
+    prompt: Vec<u32>,
+    params: SamplingParams,
+    sampling: GenerateOptions,
+    rng: rand::rngs::StdRng,
+    generated: Vec<u32>,
+    text: TextStream,
+    events: UnboundedSender<Event>,
+    /// The queue place, given back once the request holds a slot.
+    ticket: Option<Ticket>,
+    arrived: Instant,
+    last_token: Option<Instant>,
+}
+
+/// The powers of two below `max`, and `max`.
+fn buckets(min: usize, max: usize) -> Vec<usize> {
+    let mut b = Vec::new();
+    let mut n = min.max(1);
+    while n < max {
+        b.push(n);
+        n *= 2;
+    }
+    b.push(max);
+    b
+}
+
+fn bucket_for(buckets: &[usize], n: usize) -> usize {
+    buckets.iter().copied().find(|&b| b >= n).unwrap_or(n)
+}
+
+type Program<'a> = eager::Compiled<Box<dyn Fn(&[Tensor]) -> eager::Result<Vec<Tensor>> + 'a>>;
+
+/// The engine thread's state: the model's programs, the slots and the requests.
+struct Core<'a> {
+    tokenizer: &'a Tokenizer,
+    metrics: &'a Metrics,
+    info: EngineInfo,
+    device: Device,
+    layers: usize,
+    /// Each slot's `[k0, v0, k1, v1, …]`; the last one is scratch (the rows that pad a batch).
+    slots: Vec<Vec<Tensor>>,
+    decode: Program<'a>,
+    prefill: Program<'a>,
+    scheduler: Scheduler,
+    active: std::collections::HashMap<SeqId, Active>,
+    next_id: SeqId,
+    /// Tokens that end a sequence: the tokenizer's end of sequence and the config's.
+    eos: Vec<u32>,
+    draining: bool,
+}
+
+impl<'a> Core<'a> {
+    fn new(
+        lm: &'a dyn CausalLm,
+        tokenizer: &'a Tokenizer,
+        opts: &EngineOptions,
+        metrics: &'a Metrics,
+    ) -> Result<Core<'a>> {
+        lm.prepare_inference()?;
+        let cfg = lm.config();
+        let model_len = cfg.max_position_embeddings.max(1);
+        let cap = opts.max_model_len.unwrap_or(model_len.min(2048));
+        if cap < 2 || cap > model_len {
+            return Err(ServeError::Options(format!(
+                "--max-model-len must be between 2 and the model's max_position_embeddings ({model_len}), got {cap}"
+            )));
+        }
+        let first = lm.new_cache(1, cap)?;
+        let layers = first.len();
+        let slot_bytes: u64 = first.iter().map(|c| c.size_in_bytes() as u64).sum();
+        let mut n = opts.max_batch.max(1);
+        if let Some(bound) = opts.kv_cache_memory {
+            let fit = (bound / slot_bytes.max(1)) as usize;
+            if fit == 0 {
+                return Err(ServeError::Options(format!(
+                    "--kv-cache-memory {bound} holds no sequence: one of {cap} positions needs {slot_bytes} bytes"
+                )));
+            }
+            n = n.min(fit);
+        }
+        let device = first[0].keys()?.device();
+        let to_tensors = |c: Vec<StaticKvCache>| -> Vec<Tensor> {
+            c.into_iter().flat_map(StaticKvCache::into_parts).flat_map(|(k, v)| [k, v]).collect()
+        };
+        let mut slots = vec![to_tensors(first)];
+        for _ in 0..n {
+            slots.push(to_tensors(lm.new_cache(1, cap)?));
+        }
+        let decode: Program<'a> =
+            eager::compile("serve_decode", Box::new(move |args: &[Tensor]| decode_program(lm, layers, args)));
+        let prefill: Program<'a> =
+            eager::compile("serve_prefill", Box::new(move |args: &[Tensor]| prefill_program(lm, args)));
+        let chunk = opts.prefill_chunk.clamp(1, cap);
+        let info = EngineInfo {
+            max_model_len: cap,
+            slots: n,
+            kv_cache_bytes: slot_bytes * n as u64,
+            decode_buckets: buckets(1, n),
+            prefill_buckets: buckets(16.min(chunk), chunk),
+            vocab_size: cfg.vocab_size,
+            warmup_seconds: 0.0,
+        };
+        metrics.kv_blocks_total.set(n as i64);
+        let mut core = Core {
+            tokenizer,
+            metrics,
+            info,
+            device,
+            layers,
+            slots,
+            decode,
+            prefill,
+            scheduler: Scheduler::new(n, chunk),
+            active: Default::default(),
+            next_id: 0,
+            eos: tokenizer.eos_token_id().into_iter().chain(cfg.eos_token_ids.iter().copied()).collect(),
+            draining: false,
+        };
+        let t0 = Instant::now();
+        core.warm_up()?;
+        core.info.warmup_seconds = t0.elapsed().as_secs_f64();
+        Ok(core)
+    }
+
+    /// Runs every program once on the scratch slot, so that serving never compiles.
+    fn warm_up(&mut self) -> Result<()> {
+        let scratch = 0;
+        for &b in &self.info.decode_buckets.clone() {
+            self.run_decode(&vec![(scratch, 0, 0); b])?;
+        }
+        for &t in &self.info.prefill_buckets.clone() {
+            self.run_prefill(scratch, 0, &vec![0; t])?;
+        }
+        Ok(())
+    }
+
+    /// The loop: take commands, plan, run, answer; blocks while idle.
+    fn serve(&mut self, rx: mpsc::Receiver<Command>) {
+        loop {
+            if self.scheduler.is_idle() {
+                if self.draining {
+                    return;
+                }
+                match rx.recv() {
+                    Ok(cmd) => self.command(cmd),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(cmd) => self.command(cmd),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        self.draining = true;
+                        break;
+                    }
+                }
+            }
+            self.drop_cancelled();
+            if let Err(e) = self.step() {
+                // A failed step fails the requests it ran; the engine goes on with the next.
+                let msg = e.to_string();
+                for id in self.scheduler.sequences() {
+                    if let Some(a) = self.active.get(&id) {
+                        if a.ticket.is_none() {
+                            let _ = a.events.send(Event::Failed(msg.clone()));
+                            self.end(id, Outcome::Failed);
+                        }
+                    }
+                }
+            }
+            self.publish();
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(s) if self.draining => {
+                let _ = s.events.send(Event::Failed("the server is shutting down".into()));
+                self.metrics.request(Outcome::Refused);
+            }
+            Command::Submit(s) => {
+                self.next_id += 1;
+                let id = self.next_id;
+                let sampling = GenerateOptions {
+                    temperature: s.params.temperature,
+                    top_p: s.params.top_p,
+                    ..GenerateOptions::default()
+                };
+                let seed = s.params.seed.unwrap_or_else(rand::random);
+                self.scheduler.add(id, s.prompt.len());
+                self.active.insert(
+                    id,
+                    Active {
+                        text: TextStream::new(s.params.stop.clone()),
+                        prompt: s.prompt,
+                        params: s.params,
+                        sampling,
+                        rng: rand::rngs::StdRng::seed_from_u64(seed),
+                        generated: Vec::new(),
+                        events: s.events,
+                        ticket: Some(s.ticket),
+                        arrived: s.arrived,
+                        last_token: None,
+                    },
+                );
+            }
+            Command::Drain => self.draining = true,
+        }
+    }
+
+    /// Requests whose client went away end now, freeing their slots.
+    fn drop_cancelled(&mut self) {
+        let gone: Vec<SeqId> =
+            self.active.iter().filter(|(_, a)| a.events.is_closed()).map(|(&id, _)| id).collect();
+        for id in gone {
+            self.end(id, Outcome::Cancelled);
+        }
+    }
+
+    fn end(&mut self, id: SeqId, outcome: Outcome) {
+        self.scheduler.finish(id);
+        if self.active.remove(&id).is_some() {
+            self.metrics.request(outcome);
+        }
+    }
+
+    fn publish(&self) {
+        self.metrics.queue_length.set(self.scheduler.waiting() as i64);
+        self.metrics.kv_blocks_in_use.set(self.scheduler.running() as i64);
+    }
+
+    fn step(&mut self) -> Result<()> {
+        let t0 = Instant::now();
+        let (plan, admitted) = self.scheduler.plan();
+        for id in admitted {
+            if let Some(a) = self.active.get_mut(&id) {
+                a.ticket = None;
+            }
+        }
+        self.publish();
+        for chunk in &plan.prefill {
+            let tokens = self.active[&chunk.seq].prompt[chunk.start..chunk.start + chunk.len].to_vec();
+            let logits = self.run_prefill(chunk.slot + 1, chunk.start, &tokens)?;
+            self.metrics.prompt_tokens.inc_by(chunk.len as u64);
+            self.scheduler.prefilled(chunk);
+            if chunk.last {
+                self.accept(chunk.seq, &logits)?;
+            }
+        }
+        if !plan.decode.is_empty() {
+            let rows: Vec<(usize, u32, usize)> = plan
+                .decode
+                .iter()
+                .map(|&(id, slot)| {
+                    let a = &self.active[&id];
+                    let last = *a.generated.last().expect("a decoding sequence has its first token");
+                    (slot + 1, last, a.prompt.len() + a.generated.len() - 1)
+                })
+                .collect();
+            self.metrics.running_batch.set(rows.len() as i64);
+            let logits = self.run_decode(&rows)?;
+            let vocab = self.info.vocab_size;
+            for (i, &(id, _)) in plan.decode.iter().enumerate() {
+                self.accept(id, &logits[i * vocab..(i + 1) * vocab])?;
+            }
+        } else {
+            self.metrics.running_batch.set(0);
+        }
+        self.metrics.step_seconds.observe(t0.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Chooses `id`'s next token from its logits row, sends the text it adds, and ends the
+    /// request at a stop, its `max_tokens` or the context's end.
+    fn accept(&mut self, id: SeqId, row: &[f32]) -> Result<()> {
+        let cap = self.info.max_model_len;
+        let Some(a) = self.active.get_mut(&id) else { return Ok(()) };
+        let token = choose(row, &[], &a.sampling, &mut a.rng);
+        a.generated.push(token);
+        let now = Instant::now();
+        match a.last_token {
+            None => self.metrics.time_to_first_token.observe((now - a.arrived).as_secs_f64()),
+            Some(t) => self.metrics.inter_token_latency.observe((now - t).as_secs_f64()),
+        }
+        a.last_token = Some(now);
+        self.metrics.generation_tokens.inc();
+        let eos = self.eos.contains(&token);
+        let delta = if eos { Default::default() } else { a.text.push(token, self.tokenizer)? };
+        let mut reason = (eos || delta.stopped).then_some(FinishReason::Stop);
+        if reason.is_none()
+            && (a.generated.len() >= a.params.max_tokens || a.prompt.len() + a.generated.len() >= cap)
+        {
+            reason = Some(FinishReason::Length);
+        }
+        let mut text = delta.text;
+        if reason.is_some() && !delta.stopped {
+            text.push_str(&a.text.finish(self.tokenizer)?);
+        }
+        if !text.is_empty() {
+            let _ = a.events.send(Event::Text(text));
+        }
+        if let Some(reason) = reason {
+            let done =
+                Event::Done { reason, prompt_tokens: a.prompt.len(), completion_tokens: a.generated.len() };
+            let _ = a.events.send(done);
+            self.end(id, Outcome::Completed);
+        }
+        Ok(())
+    }
+
+    /// One decode step of `rows` (slot index into `self.slots`, input token, its position),
+    /// padded to a bucket with scratch rows: the logits of each row, `rows × vocab` values.
+    fn run_decode(&mut self, rows: &[(usize, u32, usize)]) -> Result<Vec<f32>> {
+        let cap = self.info.max_model_len;
+        let b = bucket_for(&self.info.decode_buckets, rows.len());
+        let pad = (0usize, 0u32, 0usize);
+        let all: Vec<(usize, u32, usize)> =
+            rows.iter().copied().chain(std::iter::repeat_n(pad, b - rows.len())).collect();
+        let ids: Vec<i64> = all.iter().map(|r| r.1 as i64).collect();
+        let pos: Vec<i64> = all.iter().map(|r| r.2 as i64).collect();
+        let mut mask = vec![0u8; b * cap];
+        for (j, r) in all.iter().enumerate() {
+            mask[j * cap..j * cap + r.2 + 1].fill(1);
+        }
+        let d = self.device;
+        let ids = Tensor::from_slice_on(&ids, &[b, 1], d)?;
+        let positions = Tensor::from_slice_on(&pos, &[b, 1], d)?;
+        let start = Tensor::from_slice_on(&pos, &[b], d)?;
+        let mask = Tensor::from_bytes_on(&mask, &[b, 1, 1, cap], DType::Bool, d)?;
+        let mut args: Vec<&Tensor> = vec![&ids, &positions, &start, &mask];
+        for r in &all {
+            args.extend(self.slots[r.0].iter());
+        }
+        let outs = self.decode.call(&args)?;
+        let per_slot = 2 * self.layers;
+        let mut outs = outs.into_iter();
+        let logits =
+            outs.next().ok_or_else(|| ServeError::Engine("the decode step returned nothing".into()))?;
+        let rest: Vec<Tensor> = outs.collect();
+        for (j, r) in rows.iter().enumerate() {
+            self.slots[r.0] = rest[j * per_slot..(j + 1) * per_slot].to_vec();
+        }
+        let vocab = self.info.vocab_size;
+        let host = logits.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        Ok(host[..rows.len() * vocab].to_vec())
+    }
+
+    /// Prefills `tokens` at positions from `start` into `self.slots[slot]`, right-padded to a
+    /// bucket: the logits of the last token.
+    fn run_prefill(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+        let cap = self.info.max_model_len;
+        let t = bucket_for(&self.info.prefill_buckets, tokens.len()).min(cap);
+        let mut ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
+        ids.resize(t, 0);
+        // Padding rows sit after the chunk: no real query sees them, and decoding overwrites them.
+        let pos: Vec<i64> = (0..t).map(|i| (start + i).min(cap - 1) as i64).collect();
+        let mut mask = vec![0u8; t * cap];
+        for i in 0..t {
+            let upto = (start + i).min(cap - 1);
+            mask[i * cap..i * cap + upto + 1].fill(1);
+        }
+        let d = self.device;
+        let ids = Tensor::from_slice_on(&ids, &[1, t], d)?;
+        let positions = Tensor::from_slice_on(&pos, &[1, t], d)?;
+        let start = Tensor::from_slice_on(&[start as i64], &[], d)?;
+        let mask = Tensor::from_bytes_on(&mask, &[1, 1, t, cap], DType::Bool, d)?;
+        let last = Tensor::from_slice_on(&[tokens.len() as i64 - 1], &[1], d)?;
+        let mut args: Vec<&Tensor> = vec![&ids, &positions, &start, &mask, &last];
+        args.extend(self.slots[slot].iter());
+        let mut outs = self.prefill.call(&args)?.into_iter();
+        let logits = outs.next().ok_or_else(|| ServeError::Engine("the prefill returned nothing".into()))?;
+        self.slots[slot] = outs.collect();
+        Ok(logits.to_dtype(DType::F32)?.to_vec::<f32>()?)
+    }
+}
+
+/// The decode program: `[ids [B,1], positions [B,1], start [B], mask [B,1,1,S]]` then each
+/// row's slot (`layers × (k, v)`, `[1, kv, S, d]` each); returns the logits `[B, 1, vocab]`
+/// and each row's updated slot in the same order. The slots are never joined into one batch
+/// tensor: each is written and attended as a part of its own (`StaticKvCache::from_rows`).
+fn decode_program(lm: &dyn CausalLm, layers: usize, args: &[Tensor]) -> eager::Result<Vec<Tensor>> {
+    let b = args[0].shape()[0];
+    let slot = |j: usize, l: usize| {
+        (args[4 + (j * layers + l) * 2].clone(), args[4 + (j * layers + l) * 2 + 1].clone())
+    };
+    let mut caches = (0..layers)
+        .map(|l| StaticKvCache::from_rows((0..b).map(|j| slot(j, l)).collect()))
+        .collect::<eager::Result<Vec<_>>>()?;
+    let logits = lm
+        .step(&args[0], &args[1], &args[3], Some((&mut caches, &args[2])))
+        .map_err(|e| eager::Error::Invalid { op: "serve_decode", msg: e.to_string() })?;
+    let per_layer: Vec<Vec<(Tensor, Tensor)>> = caches.into_iter().map(StaticKvCache::into_parts).collect();
+    let mut outs = vec![logits];
+    for j in 0..b {
+        for parts in &per_layer {
+            let (k, v) = &parts[j];
+            outs.push(k.clone());
+            outs.push(v.clone());
+        }
+    }
+    Ok(outs)
+}
+
+/// The prefill program: `[ids [1,T], positions [1,T], start [], mask [1,1,T,S], last [1]]`
+/// then the slot's `layers × (k, v)`; returns the logits at `last` `[1, 1, vocab]` and the
+/// updated slot.
+fn prefill_program(lm: &dyn CausalLm, args: &[Tensor]) -> eager::Result<Vec<Tensor>> {
+    let mut caches: Vec<StaticKvCache> = args[5..]
+        .chunks(2)
+        .map(|kv| StaticKvCache::from_parts(kv[0].clone(), kv[1].clone()))
+        .collect::<eager::Result<_>>()?;
+    let logits = lm
+        .step_at(&args[0], &args[1], &args[3], Some((&mut caches, &args[2])), &args[4])
+        .map_err(|e| eager::Error::Invalid { op: "serve_prefill", msg: e.to_string() })?;
+    let mut outs = vec![logits];
+    outs.extend(caches.into_iter().flat_map(StaticKvCache::into_parts).flat_map(|(k, v)| [k, v]));
+    Ok(outs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two_up_to_the_bound() {
+        assert_eq!(buckets(1, 8), vec![1, 2, 4, 8]);
+        assert_eq!(buckets(1, 6), vec![1, 2, 4, 6]);
+        assert_eq!(buckets(16, 256), vec![16, 32, 64, 128, 256]);
+        assert_eq!(buckets(1, 1), vec![1]);
+        assert_eq!(bucket_for(&[1, 2, 4, 6], 5), 6);
+        assert_eq!(bucket_for(&[16, 32], 3), 16);
+    }
+}

@@ -1,0 +1,339 @@
+//! The scheduler: host code only, no model and no device. It decides, step by step, which
+//! requests hold a key/value slot, which prompt chunks are prefilled and which sequences
+//! decode. Continuous batching: a waiting request takes a slot the step one frees, and joins
+//! the running decode batch as soon as its prompt is in the cache; a long prompt is
+//! prefilled in chunks of at most `prefill_chunk` tokens a step, between decode steps, so it
+//! never stalls the sequences already decoding.
+//!
+//! The cache is slots of a fixed-batch cache (as JetStream keeps XLA's shapes static): a slot
+//! holds one sequence's whole context (`max_model_len` positions), reserved at admission. A
+//! running sequence therefore never runs out of cache and is never preempted; a request waits
+//! in the queue until a slot is free, and [`Admission`] refuses it (HTTP 503) when the queue
+//! is full.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A request's number, unique in one engine.
+pub type SeqId = u64;
+
+/// One prompt chunk to prefill this step: tokens `start..start + len` of `seq`'s prompt
+/// into its `slot`; `last` when the chunk ends the prompt (its last logits give the first
+/// new token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillChunk {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Its key/value slot.
+    pub slot: usize,
+    /// The chunk's first prompt position.
+    pub start: usize,
+    /// The chunk's length in tokens.
+    pub len: usize,
+    /// Whether the chunk ends the prompt.
+    pub last: bool,
+}
+
+/// What one engine step runs: prompt chunks, then one decode step of every sequence whose
+/// prompt is in the cache, each `(sequence, slot)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Chunks to prefill, oldest request first.
+    pub prefill: Vec<PrefillChunk>,
+    /// Sequences that decode one token, with their slots.
+    pub decode: Vec<(SeqId, usize)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Waiting,
+    Prefilling,
+    Decoding,
+}
+
+#[derive(Debug)]
+struct Seq {
+    prompt_len: usize,
+    prefilled: usize,
+    slot: Option<usize>,
+    phase: Phase,
+}
+
+/// Waiting and running sequences and the slots they hold.
+#[derive(Debug)]
+pub struct Scheduler {
+    slots: Vec<Option<SeqId>>,
+    prefill_chunk: usize,
+    waiting: VecDeque<SeqId>,
+    /// Sequences holding a slot, in the order they were admitted.
+    running: Vec<SeqId>,
+    seqs: HashMap<SeqId, Seq>,
+}
+
+impl Scheduler {
+    /// A scheduler over `slots` key/value slots that prefills at most `prefill_chunk` prompt
+    /// tokens a step (both at least 1).
+    pub fn new(slots: usize, prefill_chunk: usize) -> Scheduler {
+        Scheduler {
+            slots: vec![None; slots.max(1)],
+            prefill_chunk: prefill_chunk.max(1),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            seqs: HashMap::new(),
+        }
+    }
+
+    /// Queues `seq` with a prompt of `prompt_len` tokens (at least 1).
+    pub fn add(&mut self, seq: SeqId, prompt_len: usize) {
+        let s = Seq { prompt_len: prompt_len.max(1), prefilled: 0, slot: None, phase: Phase::Waiting };
+        self.seqs.insert(seq, s);
+        self.waiting.push_back(seq);
+    }
+
+    /// The next step: waiting requests take free slots (first come, first served), prompt
+    /// chunks up to the step's token budget, and every sequence whose prompt is cached decodes.
+    /// Returns the plan and the sequences admitted to a slot by it.
+    pub fn plan(&mut self) -> (Plan, Vec<SeqId>) {
+        let mut admitted = Vec::new();
+        while let Some(free) = self.slots.iter().position(Option::is_none) {
+            let Some(seq) = self.waiting.pop_front() else { break };
+            self.slots[free] = Some(seq);
+            let s = self.seqs.get_mut(&seq).expect("a waiting sequence is known");
+            s.slot = Some(free);
+            s.phase = Phase::Prefilling;
+            self.running.push(seq);
+            admitted.push(seq);
+        }
+        let mut plan = Plan::default();
+        let mut budget = self.prefill_chunk;
+        for &seq in &self.running {
+            let s = &self.seqs[&seq];
+            let slot = s.slot.expect("a running sequence holds a slot");
+            match s.phase {
+                Phase::Decoding => plan.decode.push((seq, slot)),
+                Phase::Prefilling if budget > 0 => {
+                    let len = (s.prompt_len - s.prefilled).min(budget);
+                    budget -= len;
+                    let last = s.prefilled + len == s.prompt_len;
+                    plan.prefill.push(PrefillChunk { seq, slot, start: s.prefilled, len, last });
+                }
+                _ => {}
+            }
+        }
+        (plan, admitted)
+    }
+
+    /// Records that `chunk` was prefilled: after its prompt's last chunk the sequence decodes.
+    pub fn prefilled(&mut self, chunk: &PrefillChunk) {
+        if let Some(s) = self.seqs.get_mut(&chunk.seq) {
+            s.prefilled = (chunk.start + chunk.len).min(s.prompt_len);
+            if s.prefilled == s.prompt_len {
+                s.phase = Phase::Decoding;
+            }
+        }
+    }
+
+    /// Ends `seq` (finished, cancelled or failed): its slot is free for the next plan.
+    /// Returns whether it was known.
+    pub fn finish(&mut self, seq: SeqId) -> bool {
+        let Some(s) = self.seqs.remove(&seq) else { return false };
+        if let Some(slot) = s.slot {
+            self.slots[slot] = None;
+        }
+        self.running.retain(|&r| r != seq);
+        self.waiting.retain(|&w| w != seq);
+        true
+    }
+
+    /// Requests waiting for a slot.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Sequences holding a slot (prefilling or decoding).
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Every sequence known, waiting or running (the engine's iteration order).
+    pub fn sequences(&self) -> Vec<SeqId> {
+        self.running.iter().chain(&self.waiting).copied().collect()
+    }
+
+    /// Slots in all.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether nothing waits or runs.
+    pub fn is_idle(&self) -> bool {
+        self.seqs.is_empty()
+    }
+}
+
+/// The bound on requests not yet holding a slot, checked when a request arrives so that a
+/// full queue is refused at once (HTTP 503 with `Retry-After`) rather than after a step.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pending: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+/// A request's place in the queue; dropping it (once the request holds a slot, or ends) gives
+/// the place back.
+#[derive(Debug)]
+pub struct Ticket {
+    pending: Arc<AtomicUsize>,
+}
+
+/// The queue is full: the request is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the server's queue is full ({limit} requests waiting); retry later")]
+pub struct QueueFull {
+    /// The queue's bound.
+    pub limit: usize,
+}
+
+impl Admission {
+    /// At most `limit` requests waiting for a slot.
+    pub fn new(limit: usize) -> Admission {
+        Admission { pending: Arc::new(AtomicUsize::new(0)), limit }
+    }
+
+    /// A place in the queue, or [`QueueFull`].
+    pub fn enter(&self) -> Result<Ticket, QueueFull> {
+        let taken = self
+            .pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.limit).then_some(n + 1));
+        match taken {
+            Ok(_) => Ok(Ticket { pending: self.pending.clone() }),
+            Err(_) => Err(QueueFull { limit: self.limit }),
+        }
+    }
+
+    /// Requests holding a place now.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_ids(p: &Plan) -> Vec<SeqId> {
+        p.decode.iter().map(|d| d.0).collect()
+    }
+
+    #[test]
+    fn a_request_joins_the_running_batch_at_the_next_step() {
+        let mut s = Scheduler::new(4, 64);
+        s.add(1, 10);
+        let (p, admitted) = s.plan();
+        assert_eq!(admitted, vec![1]);
+        assert_eq!(p.prefill, vec![PrefillChunk { seq: 1, slot: 0, start: 0, len: 10, last: true }]);
+        assert!(p.decode.is_empty());
+        s.prefilled(&p.prefill[0]);
+        // Sequence 1 decodes; 2 arrives while it does and is prefilled the very next step,
+        // then decodes beside it: nobody waits for a batch to end.
+        let (p, _) = s.plan();
+        assert_eq!(decode_ids(&p), vec![1]);
+        s.add(2, 5);
+        let (p, admitted) = s.plan();
+        assert_eq!(admitted, vec![2]);
+        assert_eq!(p.prefill, vec![PrefillChunk { seq: 2, slot: 1, start: 0, len: 5, last: true }]);
+        assert_eq!(decode_ids(&p), vec![1]);
+        s.prefilled(&p.prefill[0]);
+        let (p, _) = s.plan();
+        assert_eq!(p.decode, vec![(1, 0), (2, 1)]);
+    }
+
+    #[test]
+    fn a_finished_sequence_frees_its_slot_for_the_next_waiting_one() {
+        let mut s = Scheduler::new(2, 64);
+        for id in 1..=3 {
+            s.add(id, 4);
+        }
+        let (p, admitted) = s.plan();
+        assert_eq!(admitted, vec![1, 2]);
+        assert_eq!(s.waiting(), 1);
+        p.prefill.iter().for_each(|c| s.prefilled(c));
+        // A disconnect (or a finish) ends 1: its slot goes to 3 at the next plan.
+        assert!(s.finish(1));
+        assert!(!s.finish(1), "finishing twice is a no-op");
+        let (p, admitted) = s.plan();
+        assert_eq!(admitted, vec![3]);
+        assert_eq!(p.prefill[0].slot, 0, "3 takes the slot 1 held");
+        assert_eq!(decode_ids(&p), vec![2]);
+        assert_eq!((s.running(), s.waiting()), (2, 0));
+        s.finish(2);
+        s.finish(3);
+        assert!(s.is_idle());
+    }
+
+    #[test]
+    fn a_long_prompt_is_prefilled_in_chunks_between_decode_steps() {
+        let mut s = Scheduler::new(4, 16);
+        s.add(1, 3);
+        let (p, _) = s.plan();
+        s.prefilled(&p.prefill[0]);
+        s.add(2, 40);
+        let mut chunks = Vec::new();
+        for _ in 0..3 {
+            let (p, _) = s.plan();
+            // Every step still decodes sequence 1.
+            assert_eq!(decode_ids(&p), vec![1]);
+            assert_eq!(p.prefill.len(), 1);
+            chunks.push((p.prefill[0].start, p.prefill[0].len, p.prefill[0].last));
+            s.prefilled(&p.prefill[0]);
+        }
+        assert_eq!(chunks, vec![(0, 16, false), (16, 16, false), (32, 8, true)]);
+        let (p, _) = s.plan();
+        assert_eq!(decode_ids(&p), vec![1, 2]);
+    }
+
+    #[test]
+    fn the_prefill_budget_is_shared_by_the_step() {
+        let mut s = Scheduler::new(4, 16);
+        s.add(1, 10);
+        s.add(2, 10);
+        let (p, _) = s.plan();
+        assert_eq!(
+            p.prefill,
+            vec![
+                PrefillChunk { seq: 1, slot: 0, start: 0, len: 10, last: true },
+                PrefillChunk { seq: 2, slot: 1, start: 0, len: 6, last: false },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cancelled_waiting_request_leaves_the_queue() {
+        let mut s = Scheduler::new(1, 8);
+        s.add(1, 4);
+        s.add(2, 4);
+        s.plan();
+        assert_eq!(s.sequences(), vec![1, 2]);
+        assert!(s.finish(2));
+        assert_eq!((s.waiting(), s.running()), (0, 1));
+    }
+
+    #[test]
+    fn a_full_queue_refuses_until_a_place_is_given_back() {
+        let a = Admission::new(2);
+        let t1 = a.enter().expect("first place");
+        let _t2 = a.enter().expect("second place");
+        assert_eq!(a.enter().unwrap_err(), QueueFull { limit: 2 });
+        assert_eq!(a.pending(), 2);
+        drop(t1);
+        assert_eq!(a.pending(), 1);
+        assert!(a.enter().is_ok(), "a place given back is free again");
+    }
+}
