@@ -65,13 +65,15 @@ fn a_session_in_a_terminal() {
 
     // The ops of that cell were compiled (misses); the same cell again only executes them.
     cell(&mut p, ":profile", "cache: 0 hits, 2 misses");
-    // A closure kept in a variable and called in the next cell: evcxr's generated code names
-    // `Result<(), EvcxrUserCodeError>`, which the prelude's `Result` must not shadow.
-    cell(
-        &mut p,
-        "let double = |x: &Tensor| x.mul_scalar(2.0); println!(\"{}\", \"ke\".to_owned() + \"pt\")",
-        "kept",
-    );
+    // A closure kept in a variable: evcxr's generated code names `Result<(), EvcxrUserCodeError>`,
+    // which the prelude's `Result` must not shadow. A bare closure gets evcxr's own clear message
+    // (it cannot be persisted); a boxed one is kept and called in the next cell.
+    cell(&mut p, "let double = |x: &Tensor| x.mul_scalar(2.0);", "is a closure, which cannot be persisted");
+    p.send_line(
+        "let double: Box<dyn Fn(&Tensor) -> eager::Result<Tensor>> = Box::new(|x| x.mul_scalar(2.0));",
+    )
+    .unwrap();
+    p.expect(PROMPT).unwrap_or_else(|e| panic!("the boxed closure: no prompt after it: {e}"));
     cell(&mut p, "double(&a)?.to_vec::<f32>()?", r"\[2\.0, 4\.0, 6\.0\]");
     let t = Instant::now();
     cell(&mut p, "(&a * 2.0).exp()", r"403\.4288");

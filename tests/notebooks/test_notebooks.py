@@ -256,6 +256,26 @@ def check_lora(nb):
         assert tensors == int(size[2]) and changed == 0 and frozen == tensors and with_grad == 0 and lora_b > 0.01, base
 
 
+def check_serve(nb):
+    text = "\n".join(outputs(nb, "text/plain"))
+    streams = "\n".join(outputs(nb, "stream"))
+    assert re.search(r"serving `readme-llama` at http://127\.0\.0\.1:\d+/v1: 8 slots of 256 positions", text), text
+    assert "decode programs for batches [1, 2, 4, 8]" in text, text
+    # 16 requests of 48 greedy tokens from 8 threads; the batch filled; greedy answers do not
+    # depend on the batch.
+    run = re.search(r"16 requests, (\d+) tokens in [\d.]+ s: \d+ tokens/s; up to (\d+) sequences decoded together; "
+                    r"each prompt's two answers equal: (\w+)", text)
+    assert run and 0 < int(run[1]) <= 16 * 48 and int(run[2]) > 1 and run[3] == "true", text
+    # Serving compiled nothing: every program was ready before the first request.
+    assert re.search(r"^\d+ programs run while serving: 0 compiled, 0 loaded, \d+ hits$", streams, re.M), streams
+    assert any("serve_decode" in html for html in outputs(nb, "text/html")), "the profile table names serve_decode"
+    # Two live charts and the timeline.
+    assert len(list(outputs(nb, "image/svg+xml"))) >= 3
+    assert 'eager_serve_requests_total{outcome=\\"completed\\"} 16' in text or \
+        'eager_serve_requests_total{outcome="completed"} 16' in text, text
+    assert "eager_serve_kv_blocks_in_use 0" in text, text
+
+
 EXPECTED = {
     "01-quickstart.ipynb": check_quickstart,
     "02-profiling.ipynb": check_profiling,
@@ -266,6 +286,7 @@ EXPECTED = {
     "07-multi-device.ipynb": check_multi_device,
     "08-hf-llama.ipynb": check_hf_llama,
     "09-bf16-lora.ipynb": check_lora,
+    "10-serve.ipynb": check_serve,
 }
 
 
