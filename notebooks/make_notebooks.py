@@ -1112,7 +1112,7 @@ NOTEBOOKS = {
                           "background of the session, with continuous batching: requests join the running decode "
                           "batch at the next step and leave it the step they finish. Here it serves the Llama that "
                           "notebook 08 trained on this repository's README and saved (run 08 first), while the "
-                          "notebook sends it 16 requests from 8 threads at once, charts the tokens per second and "
+                          "notebook sends it 32 requests at once, charts the tokens per second and "
                           "the sequences in the batch as they change, and shows where a serving step spends its "
                           "time. The `eager-serve` binary serves a checkpoint directory the same way from a shell "
                           "(the guide's Serving chapter)."),
@@ -1130,13 +1130,13 @@ NOTEBOOKS = {
                       "format!(\"serving `readme-llama` at {}/v1: {} slots of {} positions ({} of key/value cache); decode programs for batches {:?}, prefill programs for chunks {:?}, ready in {:.1} s\",\n"
                       "        server.url(), info.slots, info.max_model_len, eager::memory::format_bytes(info.kv_cache_bytes),\n"
                       "        info.decode_buckets, info.prefill_buckets, info.warmup_seconds)"),
-        new_markdown_cell("## Sixteen requests at once\n\n"
-                          "Each thread posts to `/v1/completions` over a plain TCP connection (any OpenAI client "
-                          "would do), greedy, 48 tokens. Every 100 ms the cell reads the server's figures "
+        new_markdown_cell("## Thirty-two requests at once\n\n"
+                          "Each of 32 threads posts to `/v1/completions` over a plain TCP connection (any OpenAI "
+                          "client would do), greedy, 160 tokens. Every 50 ms the cell reads the server's figures "
                           "(`Server::snapshot`, what `GET /metrics` also serves) and the two charts redraw: tokens "
                           "generated per second, and sequences in the decode batch (at most the 8 slots; the other "
                           "requests wait in the queue and take a slot the step one frees). Each prompt is sent "
-                          "twice: greedy answers do not depend on what else is in the batch."),
+                          "four times: greedy answers do not depend on what else is in the batch."),
         new_code_cell("fn complete(url: &str, prompt: &str, max_tokens: usize) -> std::io::Result<String> {\n"
                       "    use std::io::{Read, Write};\n"
                       "    let body = eager_models::serde_json::json!({\"model\": \"readme-llama\", \"prompt\": prompt, \"max_tokens\": max_tokens, \"temperature\": 0}).to_string();\n"
@@ -1155,16 +1155,16 @@ NOTEBOOKS = {
                       "let mark = eager::profiler::next_seq();\n"
                       "let before = server.snapshot();\n"
                       "let started = std::time::Instant::now();\n"
-                      "let mut rate = eager_cell::LiveChart::new(\"eager-serve: tokens per second, live\", \"time (100 ms)\", \"tokens/s\").every(5);\n"
-                      "let mut batch = eager_cell::LiveChart::new(\"eager-serve: sequences in the decode batch, live\", \"time (100 ms)\", \"sequences\").every(5);\n"
+                      "let mut rate = eager_cell::LiveChart::new(\"eager-serve: tokens per second, live\", \"time (50 ms)\", \"tokens/s\").every(5);\n"
+                      "let mut batch = eager_cell::LiveChart::new(\"eager-serve: sequences in the decode batch, live\", \"time (50 ms)\", \"sequences\").every(5);\n"
                       "let (mut most, mut last, mut at) = (0, before, std::time::Instant::now());\n"
                       "let answers: Vec<String> = std::thread::scope(|scope| {\n"
-                      "    let clients: Vec<_> = (0..16).map(|i| {\n"
+                      "    let clients: Vec<_> = (0..32).map(|i| {\n"
                       "        let (url, done, prompt) = (&url, &done, prompts[i % 8]);\n"
-                      "        scope.spawn(move || { let r = complete(url, prompt, 48); done.fetch_add(1, std::sync::atomic::Ordering::SeqCst); r })\n"
+                      "        scope.spawn(move || { let r = complete(url, prompt, 160); done.fetch_add(1, std::sync::atomic::Ordering::SeqCst); r })\n"
                       "    }).collect();\n"
-                      "    while done.load(std::sync::atomic::Ordering::SeqCst) < 16 {\n"
-                      "        std::thread::sleep(std::time::Duration::from_millis(100));\n"
+                      "    while done.load(std::sync::atomic::Ordering::SeqCst) < 32 {\n"
+                      "        std::thread::sleep(std::time::Duration::from_millis(50));\n"
                       "        let now = server.snapshot();\n"
                       "        rate.push((now.generation_tokens - last.generation_tokens) as f64 / at.elapsed().as_secs_f64());\n"
                       "        batch.push(now.running_batch as f64);\n"
@@ -1178,8 +1178,8 @@ NOTEBOOKS = {
                       "let secs = started.elapsed().as_secs_f64();\n"
                       "let tokens = server.snapshot().generation_tokens - before.generation_tokens;\n"
                       "for (p, a) in prompts.iter().zip(&answers).take(3) { println!(\"{p}{} …\", a.chars().take(80).collect::<String>().replace('\\n', \" \")); }\n"
-                      "let same = (0..8).all(|i| answers[i] == answers[i + 8]);\n"
-                      "format!(\"16 requests, {tokens} tokens in {secs:.1} s: {:.0} tokens/s; up to {most} sequences decoded together; each prompt's two answers equal: {same}\", tokens as f64 / secs)"),
+                      "let same = (8..32).all(|i| answers[i] == answers[i % 8]);\n"
+                      "format!(\"32 requests, {tokens} tokens in {secs:.1} s: {:.0} tokens/s; up to {most} sequences decoded together; each prompt's four answers equal: {same}\", tokens as f64 / secs)"),
         new_markdown_cell("## Where a serving step spends its time\n\n"
                           "The engine runs compiled programs only: `serve_prefill` (a prompt chunk into a sequence's "
                           "slot, one program per chunk-length bucket) and `serve_decode` (one token for every "
@@ -1193,9 +1193,8 @@ NOTEBOOKS = {
         new_markdown_cell("## The server's metrics, then stop\n\n`GET /metrics` in Prometheus' text format; `stop()` "
                           "lets running requests finish and ends the server."),
         new_code_cell("let metrics = server.metrics_text();\n"
-                      "let shown: Vec<&str> = metrics.lines().filter(|l| !l.starts_with('#') && !l.contains(\"_bucket\")).collect();\n"
                       "server.stop();\n"
-                      "shown.join(\"\\n\")"),
+                      "metrics.lines().filter(|l| !l.starts_with('#') && !l.contains(\"_bucket\")).collect::<Vec<_>>().join(\"\\n\")"),
     ],
 }
 

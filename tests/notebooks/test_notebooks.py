@@ -261,18 +261,17 @@ def check_serve(nb):
     streams = "\n".join(outputs(nb, "stream"))
     assert re.search(r"serving `readme-llama` at http://127\.0\.0\.1:\d+/v1: 8 slots of 256 positions", text), text
     assert "decode programs for batches [1, 2, 4, 8]" in text, text
-    # 16 requests of 48 greedy tokens from 8 threads; the batch filled; greedy answers do not
-    # depend on the batch.
-    run = re.search(r"16 requests, (\d+) tokens in [\d.]+ s: \d+ tokens/s; up to (\d+) sequences decoded together; "
-                    r"each prompt's two answers equal: (\w+)", text)
-    assert run and 0 < int(run[1]) <= 16 * 48 and int(run[2]) > 1 and run[3] == "true", text
+    # 32 requests of 160 greedy tokens at once; the batch filled; greedy answers do not depend
+    # on the batch.
+    run = re.search(r"32 requests, (\d+) tokens in [\d.]+ s: \d+ tokens/s; up to (\d+) sequences decoded together; "
+                    r"each prompt's four answers equal: (\w+)", text)
+    assert run and 0 < int(run[1]) <= 32 * 160 and int(run[2]) > 1 and run[3] == "true", text
     # Serving compiled nothing: every program was ready before the first request.
     assert re.search(r"^\d+ programs run while serving: 0 compiled, 0 loaded, \d+ hits$", streams, re.M), streams
     assert any("serve_decode" in html for html in outputs(nb, "text/html")), "the profile table names serve_decode"
     # Two live charts and the timeline.
     assert len(list(outputs(nb, "image/svg+xml"))) >= 3
-    assert 'eager_serve_requests_total{outcome=\\"completed\\"} 16' in text or \
-        'eager_serve_requests_total{outcome="completed"} 16' in text, text
+    assert 'eager_serve_requests_total{outcome=\\"completed\\"} 32' in text, text
     assert "eager_serve_kv_blocks_in_use 0" in text, text
 
 
