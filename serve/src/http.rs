@@ -23,7 +23,7 @@ use eager_models::Tokenizer;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::{Engine, Event, Refusal};
+use crate::engine::{Engine, Event};
 use crate::metrics::Outcome;
 use crate::openai::{self, ApiError, ChatRequest, CompletionRequest, PromptInput};
 
@@ -217,9 +217,8 @@ async fn generate(
     }
     let submitted = match s.engine.submit(ids, params) {
         Ok(sub) => sub,
-        Err(r @ Refusal::QueueFull(_)) | Err(r @ Refusal::Stopped) => {
-            return invalid(s, overloaded(r.to_string()))
-        }
+        // A full queue or a stopped engine: the client may retry.
+        Err(refusal) => return invalid(s, overloaded(refusal.to_string())),
     };
     let id = format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, uuid());
     let reply = Reply { id, created: now(), model: s.model.clone(), kind };

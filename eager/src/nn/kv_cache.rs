@@ -186,7 +186,8 @@ impl StaticKvCache {
                 AttentionOptions { mask, ..Default::default() },
             );
         }
-        let per_row_mask = mask.filter(|m| m.rank() == 4 && m.shape()[0] == self.batch() && m.shape()[0] > 1);
+        // Several parts hold at least two rows: a mask with a row per sequence is split with them.
+        let per_row_mask = mask.filter(|m| m.rank() == 4 && m.shape()[0] == self.batch());
         let mut row = 0;
         let mut outs = Vec::with_capacity(self.parts.len());
         for (keys, values) in &self.parts {
