@@ -58,6 +58,8 @@ enum Cmd {
     /// Starts the session server (if none runs) and waits until its warm session is ready: the
     /// next kernel's first cell runs at once.
     Warm,
+    /// Stops this user's session servers and their spare sessions (sessions in use go on).
+    StopServer,
 }
 
 fn main() -> ExitCode {
@@ -75,6 +77,9 @@ fn main() -> ExitCode {
                 .map(|dir| println!("installed kernelspec {} in {}", install::KERNEL_NAME, dir.display()))
         }
         (Some(Cmd::Warm), _) => repl::remote::warm(&session_options()),
+        (Some(Cmd::StopServer), _) => {
+            repl::remote::stop_servers().map(|n| eprintln!("eager-kernel: stopped {n} session server(s)"))
+        }
         (None, Some(file)) => run(&file),
         (None, None) => Err(anyhow::anyhow!("give --connection-file FILE (Jupyter does), or `install`")),
     };
@@ -152,17 +157,21 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
     let opts = session_options();
     let session = Worker::start(opts, sink);
     let running = Arc::new(AtomicU64::new(0));
+    let interrupted_early = Arc::new(AtomicU64::new(0));
+    exit_with_parent(session.clone());
 
     // SIGINT (a kernelspec's `interrupt_mode: signal`, `kill -INT`, a terminal's Ctrl-C) does
     // what an interrupt request does; while no cell runs it does nothing, as in ipykernel.
     {
-        let (session, running) = (session.clone(), running.clone());
-        ctrlc::set_handler(move || interrupt(&session, &running)).context("installing the SIGINT handler")?;
+        let (session, running, early) = (session.clone(), running.clone(), interrupted_early.clone());
+        ctrlc::set_handler(move || interrupt(&session, &running, &early))
+            .context("installing the SIGINT handler")?;
     }
 
     // Control: interrupt and shutdown, answered while a cell runs.
     {
         let (iopub_tx, running, session) = (iopub_tx.clone(), running.clone(), session.clone());
+        let early = interrupted_early.clone();
         tokio::spawn(async move {
             loop {
                 let msg = match control.read().await {
@@ -178,7 +187,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
                         let _ = control.send(kernel_info().as_child_of(&msg)).await;
                     }
                     JupyterMessageContent::InterruptRequest(_) => {
-                        interrupt(&session, &running);
+                        interrupt(&session, &running, &early);
                         let _ = control.send(InterruptReply::new().as_child_of(&msg)).await;
                     }
                     JupyterMessageContent::ShutdownRequest(req) => {
@@ -204,7 +213,15 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
         });
     }
 
-    let mut kernel = Kernel { iopub: iopub_tx, current, session, running, count: 0, history: Vec::new() };
+    let mut kernel = Kernel {
+        iopub: iopub_tx,
+        current,
+        session,
+        running,
+        interrupted_early,
+        count: 0,
+        history: Vec::new(),
+    };
     loop {
         let msg = match read_shell(&mut shell_rx).await {
             Ok(m) => m,
@@ -224,10 +241,16 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
 }
 
 /// Stops the running cell: eager's next op fails; if the cell still runs 5 s later (a loop
-/// with no eager op), its process is killed and evcxr starts a new one.
-fn interrupt(session: &Worker, running: &Arc<AtomicU64>) {
+/// with no eager op), its process is killed and evcxr starts a new one. A cell waiting for the
+/// session's start is marked in `early`, and does not run when the session is up.
+fn interrupt(session: &Worker, running: &Arc<AtomicU64>, early: &Arc<AtomicU64>) {
     let cell = running.load(Ordering::SeqCst);
-    let Some(interrupter) = session.interrupter().filter(|_| cell != 0) else { return };
+    if cell == 0 {
+        return;
+    }
+    // Marked first: a session that comes up meanwhile runs the cell's check after this.
+    early.store(cell, Ordering::SeqCst);
+    let Some(interrupter) = session.interrupter() else { return };
     if let Err(e) = interrupter.interrupt() {
         eprintln!("eager-kernel: interrupt: {e:#}");
     }
@@ -240,12 +263,40 @@ fn interrupt(session: &Worker, running: &Arc<AtomicU64>) {
     });
 }
 
+/// Ends the kernel when the process that launched it is gone (`JPY_PARENT_PID`, which
+/// jupyter_client sets, as ipykernel does): its cell process first, then the session's process
+/// as the connection closes with this one.
+fn exit_with_parent(session: Worker) {
+    let Some(parent) =
+        std::env::var("JPY_PARENT_PID").ok().and_then(|s| s.parse::<u32>().ok()).filter(|&p| p > 1)
+    else {
+        return;
+    };
+    let adopted_by_it = std::os::unix::process::parent_id() == parent;
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(500));
+        // Gone, a zombie, or (when it was our parent) no longer our parent.
+        let stat = std::fs::read_to_string(format!("/proc/{parent}/stat")).unwrap_or_default();
+        let dead =
+            stat.is_empty() || stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+        if dead || (adopted_by_it && std::os::unix::process::parent_id() != parent) {
+            eprintln!("eager-kernel: the process that started it ({parent}) is gone; exiting");
+            if let Some(i) = session.interrupter() {
+                i.kill();
+            }
+            std::process::exit(0);
+        }
+    });
+}
+
 struct Kernel {
     iopub: IoPub,
     current: Arc<Mutex<Option<JupyterMessage>>>,
     session: Worker,
     /// The execution count of the running cell, 0 when idle.
     running: Arc<AtomicU64>,
+    /// A cell interrupted while it waited for the session's start (its `running` value).
+    interrupted_early: Arc<AtomicU64>,
     count: usize,
     /// (execution count, input, text of the result).
     history: Vec<(usize, String, String)>,
@@ -359,16 +410,25 @@ impl Kernel {
             return self.page_docs(msg, name, count).await;
         }
         *self.current.lock().unwrap() = Some(msg.clone());
-        self.running.store(self.count as u64 + 1, Ordering::SeqCst);
-        let (cell, number) = (code.to_string(), self.count as u64);
+        let id = self.count as u64 + 1;
+        self.running.store(id, Ordering::SeqCst);
+        let (cell, number, early) = (code.to_string(), self.count as u64, self.interrupted_early.clone());
         let result = self
             .on_session(move |s| {
+                // Interrupted while it waited for the session: never run.
+                if early.compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    return Err(CellError::new(
+                        "Interrupted",
+                        "interrupted before it ran (the session was still starting); nothing ran",
+                    ));
+                }
                 s.set_cell_number(number);
                 s.eval(&cell)
             })
             .await
             .unwrap_or_else(|e| Err(CellError::new("KernelError", e)));
         self.running.store(0, Ordering::SeqCst);
+        self.interrupted_early.store(0, Ordering::SeqCst);
         // The child's last stderr lines may still be on their way.
         tokio::time::sleep(Duration::from_millis(30)).await;
         *self.current.lock().unwrap() = None;

@@ -1,17 +1,17 @@
 //! What a front end asks of a session, wherever the session runs: [`Engine`] is served by a
-//! [`Session`](crate::Session) in this process or by a warm one in a process of the session
+//! [`Session`](crate::Session) in this process (its impl is beside it) or by a warm one in a process of the session
 //! server ([`RemoteSession`](crate::remote::RemoteSession)); [`Interrupter`] stops either's
 //! running cell from another thread.
 
-use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 
 use crate::control::Control;
-use crate::session::{CellError, Completion, Output, Session};
+use crate::interface::{CellError, Completion, Output};
+use crate::protocol::{send_line, Request};
 
 /// A session's requests, as the front ends make them.
 pub trait Engine: Send {
@@ -25,24 +25,6 @@ pub trait Engine: Send {
     fn interrupter(&self) -> Interrupter;
     /// Numbers the next cell (a kernel's execution count), as profiles and timelines name it.
     fn set_cell_number(&mut self, n: u64);
-}
-
-impl Engine for Session {
-    fn eval(&mut self, cell: &str) -> Result<Vec<Output>, CellError> {
-        Session::eval(self, cell)
-    }
-    fn completions(&mut self, src: &str, pos: usize) -> (usize, Vec<Completion>) {
-        Session::completions(self, src, pos)
-    }
-    fn hover(&mut self, src: &str, pos: usize) -> Option<String> {
-        Session::hover(self, src, pos)
-    }
-    fn interrupter(&self) -> Interrupter {
-        Session::interrupter(self)
-    }
-    fn set_cell_number(&mut self, n: u64) {
-        Session::set_cell_number(self, n)
-    }
 }
 
 /// Interrupts a running cell: asks eager to fail its next op; `kill` stops the cell process
@@ -70,7 +52,7 @@ impl Interrupter {
     pub fn interrupt(&self) -> Result<()> {
         match &self.0 {
             Target::Local { socket, .. } => Control::connect(socket)?.interrupt(),
-            Target::Remote(w) => send_line(w, &crate::remote::Request::Interrupt),
+            Target::Remote(w) => send_line(w, &Request::Interrupt),
         }
     }
 
@@ -82,16 +64,8 @@ impl Interrupter {
                 }
             }
             Target::Remote(w) => {
-                let _ = send_line(w, &crate::remote::Request::Kill);
+                let _ = send_line(w, &Request::Kill);
             }
         }
     }
-}
-
-/// Writes one JSON line on a shared connection.
-pub(crate) fn send_line<T: serde::Serialize>(w: &Mutex<UnixStream>, msg: &T) -> Result<()> {
-    let mut line = serde_json::to_vec(msg)?;
-    line.push(b'\n');
-    let mut w = w.lock().map_err(|_| anyhow!("the session connection's lock is poisoned"))?;
-    w.write_all(&line).map_err(|e| anyhow!("the session server's process went away: {e}"))
 }

@@ -15,9 +15,11 @@ mod control;
 mod engine;
 mod files;
 pub mod input;
+mod interface;
 mod meta;
 mod names;
 mod phases;
+mod protocol;
 pub mod remote;
 mod server;
 mod session;
@@ -25,10 +27,11 @@ mod worker;
 
 pub use control::Control;
 pub use engine::{Engine, Interrupter};
+pub use interface::{CellError, Completion, Output, SessionOptions, Stream, StreamSink};
 pub use meta::{MetaCommand, META_HELP};
 /// Completions with no session (while it starts): meta commands and the index of public names.
 pub use names::complete as complete_from_index;
-pub use session::{CellError, Completion, Output, Session, SessionOptions, Stream, StreamSink};
+pub use session::Session;
 pub use worker::Worker;
 
 /// Defines, in a front end's binary crate, the static the cells' copies of eager share their

@@ -37,6 +37,10 @@ struct Args {
     /// exit: the next eager-repl starts at once.
     #[arg(long, conflicts_with = "eval")]
     warm: bool,
+    /// Stop this user's session servers and their spare sessions (sessions in use go on), then
+    /// exit.
+    #[arg(long, conflicts_with_all = ["eval", "warm"])]
+    stop_server: bool,
 }
 
 fn main() -> ExitCode {
@@ -114,6 +118,10 @@ fn run(args: Args) -> Result<ExitCode> {
     let opts = SessionOptions { device: args.device.clone(), plugin: args.plugin.clone(), eager_dir: None };
     if args.warm {
         repl::remote::warm(&opts)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.stop_server {
+        eprintln!("eager-repl: stopped {} session server(s)", repl::remote::stop_servers()?);
         return Ok(ExitCode::SUCCESS);
     }
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {

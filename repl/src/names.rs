@@ -5,7 +5,7 @@
 //! `Tensor::ze` → the type's functions, `eager::memory::` → the module's items, `x.su` → the
 //! methods of every indexed type, a bare word → types, functions, macros and keywords.
 
-use crate::session::Completion;
+use crate::interface::Completion;
 
 include!(concat!(env!("OUT_DIR"), "/names.rs"));
 

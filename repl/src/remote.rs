@@ -14,79 +14,76 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde::{Deserialize, Serialize};
 
-use crate::engine::{send_line, Engine, Interrupter};
-use crate::session::{CellError, Completion, Output, SessionOptions, Stream, StreamSink};
+use crate::engine::{Engine, Interrupter};
+use crate::interface::{CellError, Completion, Output, SessionOptions, Stream, StreamSink};
+use crate::protocol::{send_line, Reply, Request, OPTIONS_ENV, REPLACED, SERVER_ARG};
 
 /// Env var: `0` turns the session server off (each front end starts its own session).
 pub const SERVER_ENV: &str = "EAGER_SESSION_SERVER";
-
-/// A front end's request to the process holding its session.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Request {
-    /// The first request: the front end's working directory and environment.
-    Hello {
-        cwd: PathBuf,
-        env: Vec<(String, String)>,
-    },
-    Eval(String),
-    Complete {
-        src: String,
-        pos: usize,
-    },
-    Hover {
-        src: String,
-        pos: usize,
-    },
-    /// Numbers the next cell; no reply.
-    CellNumber(u64),
-    /// Answered at once, while a cell runs.
-    Interrupt,
-    Kill,
-}
-
-/// What the session's process sends: a stream line at any time, else one reply per request.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Reply {
-    Ready,
-    Failed(String),
-    Stream { stderr: bool, line: String },
-    Eval(Result<Vec<Output>, CellError>),
-    Complete(usize, Vec<Completion>),
-    Hover(Option<String>),
-}
 
 /// Whether front ends ask the session server (on unless `EAGER_SESSION_SERVER=0`).
 pub fn enabled() -> bool {
     std::env::var_os(SERVER_ENV).is_none_or(|v| v != "0")
 }
 
-/// Env vars that shape a session's start (the toolchain, the plugin, eager's settings): a
-/// warm session serves only front ends whose values are the same, so they name the server.
+/// Env vars that shape a warm session's start (the toolchain, the plugin, eager's settings):
+/// a warm session serves only front ends whose values are the same, so they name the server.
+/// Every other variable (a venv's `PATH` among them) travels with the hand-over instead.
 fn shapes_session(key: &str) -> bool {
     let own = key.starts_with("EAGER_SESSION_") || key == "EAGER_REPL_PHASES";
     let prefixed = ["EAGER_", "XLA_", "TF_", "EVCXR_", "CARGO", "RUST"].iter().any(|p| key.starts_with(p));
-    (prefixed && !own) || matches!(key, "PATH" | "LD_LIBRARY_PATH" | "HOME" | "XDG_CACHE_HOME")
+    (prefixed && !own) || matches!(key, "LD_LIBRARY_PATH" | "HOME" | "XDG_CACHE_HOME")
 }
 
-/// The server's socket for this binary (its path and build), these options and that
-/// environment: a rebuilt binary or another setting gets a server of its own.
+/// Where `PATH` finds `name` (the toolchain a session builds cells with): what of `PATH`
+/// shapes a session.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .map(|p| p.canonicalize().unwrap_or(p))
+}
+
+/// The server's socket for this binary's path, these options and that environment: other
+/// settings get a server of their own. A rebuilt binary keeps the name: its old server exits
+/// (see `server.rs`).
 pub(crate) fn server_socket(dir: &Path, opts: &SessionOptions) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("finding this program's path")?;
-    let meta = std::fs::metadata(&exe).with_context(|| format!("reading {}", exe.display()))?;
     let mut h = DefaultHasher::new();
     exe.hash(&mut h);
-    meta.len().hash(&mut h);
-    meta.modified().ok().hash(&mut h);
     opts.hash(&mut h);
     let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| shapes_session(k)).collect();
     env.sort();
     env.hash(&mut h);
+    (on_path("rustc"), on_path("cargo")).hash(&mut h);
     let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     Ok(dir.join(format!("server-{name}-{:016x}.sock", h.finish())))
+}
+
+/// Stops every session server of this user (this binary's and the other front ends'), with
+/// their spares; sessions in use go on. How many were stopped.
+pub fn stop_servers() -> Result<usize> {
+    let dir = crate::files::runtime_dir()?;
+    let mut stopped = 0;
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("server-") && name.ends_with(".sock")) {
+            continue;
+        }
+        // A socket whose server died is only a file.
+        let Ok(mut server) = UnixStream::connect(entry.path()) else {
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        };
+        let _ = server.set_read_timeout(Some(Duration::from_secs(10)));
+        if writeln!(server, "stop").is_ok() {
+            let mut answer = String::new();
+            let _ = BufReader::new(&server).read_line(&mut answer);
+            stopped += 1;
+        }
+    }
+    Ok(stopped)
 }
 
 /// A session held by a process of the session server.
@@ -107,22 +104,27 @@ pub fn warm(opts: &SessionOptions) -> Result<()> {
 fn ask(opts: &SessionOptions, request: &str) -> Result<PathBuf> {
     let dir = crate::files::runtime_dir()?;
     let socket = server_socket(&dir, opts)?;
-    let mut server = match UnixStream::connect(&socket) {
-        Ok(s) => s,
-        Err(_) => {
-            spawn_server(&socket, opts)?;
-            wait_for_server(&socket)?
+    // Twice at most: a server of a replaced binary answers so, and leaves.
+    for _ in 0..2 {
+        let mut server = match UnixStream::connect(&socket) {
+            Ok(s) => s,
+            Err(_) => {
+                spawn_server(&socket, opts)?;
+                wait_for_server(&socket)?
+            }
+        };
+        writeln!(server, "{request}").context("asking the session server")?;
+        let mut answer = String::new();
+        // The server answers when a warm session is ready (at once on a warm day).
+        BufReader::new(&server).read_line(&mut answer).context("reading the session server's answer")?;
+        match serde_json::from_str::<Result<PathBuf, String>>(answer.trim()) {
+            Ok(Ok(path)) => return Ok(path),
+            Ok(Err(e)) if e == REPLACED => continue,
+            Ok(Err(e)) => bail!("the session server could not start a session: {e}"),
+            Err(_) => bail!("the session server ended without a session ({})", socket.display()),
         }
-    };
-    writeln!(server, "{request}").context("asking the session server")?;
-    let mut answer = String::new();
-    // The server answers when its warm session is ready (at once on a warm day).
-    BufReader::new(&server).read_line(&mut answer).context("reading the session server's answer")?;
-    match serde_json::from_str::<Result<PathBuf, String>>(answer.trim()) {
-        Ok(Ok(path)) => Ok(path),
-        Ok(Err(e)) => bail!("the session server could not start a session: {e}"),
-        Err(_) => bail!("the session server ended without a session ({})", socket.display()),
     }
+    bail!("the session server at {} was replaced twice while asked", socket.display())
 }
 
 /// Asks the session server for a warm session, starting the server first if none listens.
@@ -181,9 +183,9 @@ fn spawn_server(socket: &Path, opts: &SessionOptions) -> Result<()> {
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg(crate::server::SERVER_ARG)
+    cmd.arg(SERVER_ARG)
         .arg(socket)
-        .env(crate::server::OPTIONS_ENV, serde_json::to_string(opts)?)
+        .env(OPTIONS_ENV, serde_json::to_string(opts)?)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log);

@@ -8,95 +8,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use evcxr::CommandContext;
-use serde::{Deserialize, Serialize};
 
 use crate::control::Control;
-use crate::engine::Interrupter;
+use crate::engine::{Engine, Interrupter};
+use crate::interface::{CellError, Completion, Output, SessionOptions, Stream, StreamSink};
 use crate::meta::{MetaCommand, META_HELP};
-
-/// How a session starts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SessionOptions {
-    /// Default device of the session (`cpu`, `tpu:0`, …).
-    pub device: Option<String>,
-    /// PJRT plugin to use for that device's kind.
-    pub plugin: Option<PathBuf>,
-    /// The eager crate to preload (defaults to the one this binary was built from, or
-    /// `EAGER_SOURCE_DIR`).
-    pub eager_dir: Option<PathBuf>,
-}
-
-/// One display of a cell: its payload per MIME type (`image/png` as base64), and whether it
-/// is the cell's value (a Jupyter `execute_result`) or a display (`display_data`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Output {
-    pub data: Vec<(String, String)>,
-    pub is_result: bool,
-}
-
-impl Output {
-    fn text(s: impl Into<String>) -> Output {
-        Output { data: vec![("text/plain".into(), s.into())], is_result: false }
-    }
-    pub fn get(&self, mime: &str) -> Option<&str> {
-        self.data.iter().find(|(m, _)| m == mime).map(|(_, v)| v.as_str())
-    }
-}
-
-/// A cell that failed: Jupyter's `ename`, `evalue`, and the rendered report (ANSI colours).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CellError {
-    pub ename: String,
-    pub evalue: String,
-    pub traceback: Vec<String>,
-    /// The message reached the cell's stderr already (a `?` error, a panic): a terminal
-    /// front end need not print it again.
-    pub on_stderr: bool,
-}
-
-impl CellError {
-    pub fn new(ename: &str, evalue: impl Into<String>) -> CellError {
-        let evalue = evalue.into();
-        CellError {
-            ename: ename.into(),
-            traceback: vec![format!("{ename}: {evalue}")],
-            evalue,
-            on_stderr: false,
-        }
-    }
-}
-
-/// A completion: the text to insert (a name, as Jupyter's messaging spec says), its kind
-/// (`function`, `module`, …) and a signature or label for clients that show one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Completion {
-    pub text: String,
-    pub kind: String,
-    pub signature: String,
-}
-
-impl Completion {
-    /// From rust-analyzer's snippet (`from_utf8(vec)`, `println!(…)`): the name, with the
-    /// snippet as the signature.
-    fn from_snippet(code: String, kind: &str, label: String) -> Completion {
-        let text: String = code
-            .chars()
-            .take_while(|ch| ch.is_alphanumeric() || matches!(ch, '_' | ':' | '!' | '#'))
-            .collect();
-        let text = if text.is_empty() { code.clone() } else { text };
-        let signature = if code.contains('(') { code } else { label };
-        Completion { text, kind: kind.to_string(), signature }
-    }
-}
-
-/// Where a line of the child's stdout or stderr goes.
-pub type StreamSink = Arc<dyn Fn(Stream, &str) + Send + Sync>;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    Stdout,
-    Stderr,
-}
 
 /// An evcxr session with eager preloaded.
 pub struct Session {
@@ -709,4 +625,22 @@ fn with_toolchain_libdir(current: Option<std::ffi::OsString>) -> Result<std::ffi
 
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+impl Engine for Session {
+    fn eval(&mut self, cell: &str) -> Result<Vec<Output>, CellError> {
+        Session::eval(self, cell)
+    }
+    fn completions(&mut self, src: &str, pos: usize) -> (usize, Vec<Completion>) {
+        Session::completions(self, src, pos)
+    }
+    fn hover(&mut self, src: &str, pos: usize) -> Option<String> {
+        Session::hover(self, src, pos)
+    }
+    fn interrupter(&self) -> Interrupter {
+        Session::interrupter(self)
+    }
+    fn set_cell_number(&mut self, n: u64) {
+        Session::set_cell_number(self, n)
+    }
 }

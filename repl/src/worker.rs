@@ -10,7 +10,8 @@ use std::time::Duration;
 use eager::shared::lock;
 
 use crate::engine::{Engine, Interrupter};
-use crate::session::{Session, SessionOptions, StreamSink};
+use crate::interface::{SessionOptions, StreamSink};
+use crate::session::Session;
 
 /// A request run on the session thread.
 type Request = Box<dyn FnOnce(&mut dyn Engine) + Send>;

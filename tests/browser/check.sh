@@ -14,6 +14,9 @@ cargo build --release -p kernel --manifest-path "$root/Cargo.toml"
 work=$(mktemp -d)
 "$root/target/release/eager-kernel" install --prefix "$work/prefix" >/dev/null
 export JUPYTER_PATH="$work/prefix/share/jupyter"
+# A session server of this check's own (its runtime dir), stopped with its spares at the end.
+export XDG_RUNTIME_DIR="$work/runtime"
+mkdir -m 700 "$XDG_RUNTIME_DIR"
 python3 - "$root/notebooks" "$work/nb" 01-quickstart 04-training <<'PY'
 import sys, pathlib, nbformat
 src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
@@ -30,7 +33,7 @@ token=eager-browser-check
 jupyter lab --allow-root --no-browser --port "$port" --ServerApp.token="$token" \
   --ServerApp.root_dir="$work/nb" --LabApp.workspaces_dir="$work/workspaces" > "$work/lab.log" 2>&1 &
 lab=$!
-trap 'kill $lab 2>/dev/null; wait $lab 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $lab 2>/dev/null; wait $lab 2>/dev/null; "$root/target/release/eager-kernel" stop-server; rm -rf "$work"' EXIT
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/api/status?token=$token" >/dev/null && break; sleep 1; done
 mkdir -p "$root/target/browser"
 # Each notebook in a workspace of its own (a shared one would reopen the other's tab).
