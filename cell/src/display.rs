@@ -143,9 +143,21 @@ mod tests {
             typeid::of::<viz::Chart<'a>>()
         }
         assert_eq!(id_of_borrowed(&String::from("x")), TypeId::of::<viz::Chart<'static>>());
-        assert_eq!(typeid::of::<eager::Tensor>(), TypeId::of::<eager::Tensor>());
         assert_ne!(typeid::of::<&eager::Tensor>(), TypeId::of::<eager::Tensor>());
         assert_ne!(typeid::of::<str>(), TypeId::of::<String>());
+    }
+
+    #[test]
+    fn a_chart_that_borrows_a_local_profile_shows_its_rich_form() {
+        // The profile lives on this stack frame: the chart is a `Chart<'a>` with `'a` shorter
+        // than `'static`, and still finds the arm of `Chart<'static>`, not the `Debug` fallback.
+        let profile = viz::Profile::default();
+        let chart = profile.cache_hits();
+        let b = bundle_of(&chart);
+        assert_eq!(b, svg(chart.svg()));
+        assert_ne!(b, vec![("text/plain".to_string(), format!("{chart:?}"))], "the Debug fallback");
+        // A reference to it is another type: its `Debug` text.
+        assert_eq!(bundle_of(&&chart), vec![("text/plain".to_string(), format!("{chart:?}"))]);
     }
 
     #[test]

@@ -147,7 +147,7 @@ impl Progress {
             drawn: now,
             dirty: false,
         };
-        let (text, html) = (p.text(), p.html());
+        let (text, html) = (p.text(0.0), p.html(0.0));
         p.handle = DisplayHandle::show(&[("text/plain", &text), ("text/html", &html)]);
         p
     }
@@ -184,7 +184,9 @@ impl Progress {
     fn draw(&mut self) {
         self.drawn = Instant::now();
         self.dirty = false;
-        let (text, html) = (self.text(), self.html());
+        // One reading of the clock for both forms.
+        let secs = self.start.elapsed().as_secs_f64();
+        let (text, html) = (self.text(secs), self.html(secs));
         self.handle.update(&[("text/plain", &text), ("text/html", &html)]);
     }
 
@@ -196,16 +198,16 @@ impl Progress {
         }
     }
 
-    /// `420/1000 [00:03<00:04, 128.3 it/s]`.
-    fn figures(&self) -> String {
-        let secs = self.start.elapsed().as_secs_f64();
+    /// `420/1000 [00:03<00:04, 128.3 it/s]`, `secs` after the start.
+    fn figures(&self, secs: f64) -> String {
         let rate = if secs > 0.0 { self.done as f64 / secs } else { 0.0 };
         let left = if rate > 0.0 { (self.total - self.done) as f64 / rate } else { f64::NAN };
         format!("{}/{} [{}<{}, {rate:.1} it/s]", self.done, self.total, clock(secs), clock(left))
     }
 
-    /// `training  42%|██████▍        | 420/1000 [00:03<00:04, 128.3 it/s] loss 0.231`.
-    fn text(&self) -> String {
+    /// `training  42%|██████▍        | 420/1000 [00:03<00:04, 128.3 it/s] loss 0.231`, `secs`
+    /// after the start.
+    fn text(&self, secs: f64) -> String {
         const WIDTH: usize = 24;
         let eighths = (self.fraction() * (WIDTH * 8) as f64).round() as usize;
         let mut bar = "█".repeat(eighths / 8);
@@ -215,10 +217,10 @@ impl Progress {
         let pad = WIDTH - bar.chars().count();
         let note = if self.note.is_empty() { String::new() } else { format!(" {}", self.note) };
         let percent = (self.fraction() * 100.0).floor();
-        format!("{} {percent:>3}%|{bar}{}| {}{note}", self.label, " ".repeat(pad), self.figures())
+        format!("{} {percent:>3}%|{bar}{}| {}{note}", self.label, " ".repeat(pad), self.figures(secs))
     }
 
-    fn html(&self) -> String {
+    fn html(&self, secs: f64) -> String {
         let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
         format!(
             "<div class=\"eager-progress\" style=\"font-family:monospace\">{} \
@@ -228,7 +230,7 @@ impl Progress {
             self.done,
             self.total.max(1),
             self.fraction() * 100.0,
-            esc(&self.figures()),
+            esc(&self.figures(secs)),
             esc(&self.note)
         )
     }
@@ -476,17 +478,29 @@ mod tests {
             total: 1000,
             done: 420,
             note: "loss 0.231".into(),
-            start: Instant::now() - Duration::from_secs(3),
+            start: Instant::now(),
             drawn: Instant::now(),
             dirty: false,
         };
-        let text = p.text();
-        assert!(text.starts_with("training  42%|██████████"), "{text}");
-        assert!(text.contains("| 420/1000 [00:03<00:04, 14"), "{text}");
-        assert!(text.ends_with(" it/s] loss 0.231"), "{text}");
+        // 3 s after the start (given, not read from the clock): 140 it/s, 580 steps left = 4.1 s.
+        let text = p.text(3.0);
+        let want = format!(
+            "training  42%|██████████▏{}| 420/1000 [00:03<00:04, 140.0 it/s] loss 0.231",
+            " ".repeat(13)
+        );
+        assert_eq!(text, want);
+        assert!(p.text(1.5).contains("| 420/1000 [00:02<00:02, 280.0 it/s]"), "{}", p.text(1.5));
         p.done = 1000;
-        assert!(p.text().contains("100%|████████████████████████|"), "{}", p.text());
-        assert!(p.html().contains("<progress value=\"1000\" max=\"1000\""));
+        let text = p.text(3.0);
+        assert!(
+            text.contains("100%|████████████████████████| 1000/1000 [00:03<00:00, 333.3 it/s]"),
+            "{text}"
+        );
+        let html = p.html(3.0);
+        assert!(
+            html.contains("<progress value=\"1000\" max=\"1000\"") && html.contains("333.3 it/s"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -120,7 +120,7 @@ fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
             Source::Arg(i) => Ok(args[*i].detach()),
             Source::Captured(c) => Ok(c.clone()),
             Source::Var(v) => Ok(v.current().detach()),
-            Source::Rng => crate::tensor::dispatch::rng_state_tensor(device),
+            Source::Rng => crate::tensor::rng_state_tensor(device),
         })
         .collect::<Result<_>>()?;
     let call = Op::Call(Call { program: t.program.clone() });

@@ -36,7 +36,7 @@ where
         return Err(format_error(path, "`__metadata__` is reserved by safetensors and cannot name a tensor"));
     }
     let bytes: Vec<Vec<u8>> =
-        tensors.iter().map(|(_, t)| crate::tensor::dispatch::download(t.borrow())).collect::<Result<_>>()?;
+        tensors.iter().map(|(_, t)| crate::tensor::download(t.borrow())).collect::<Result<_>>()?;
     let views = tensors
         .iter()
         .zip(&bytes)
@@ -139,7 +139,7 @@ pub fn save_npy(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
             ),
         )
     })?;
-    let mut data = crate::tensor::dispatch::download(tensor)?;
+    let mut data = crate::tensor::download(tensor)?;
     if cfg!(target_endian = "big") {
         swap_bytes(&mut data, tensor.dtype().size_in_bytes());
     }

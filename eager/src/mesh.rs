@@ -1,10 +1,11 @@
 //! Meshes and shardings, in JAX's vocabulary: a [`Mesh`] arranges devices in named axes
 //! (`[("data", 2), ("model", 2)]`), a [`PartitionSpec`] names, per tensor dim, the mesh axes
 //! that dim is split over, and a [`Sharding`] is the two together. From a sharding come the
-//! shard each device holds and the Shardy annotation XLA's SPMD partitioner reads. Pure
-//! bookkeeping: nothing here touches a device, so the compile cache (whose keys hold meshes)
-//! and the runtime sit above it; `Mesh::new`, which asks the runtime for devices, is the
-//! runtime's (`runtime/start.rs`).
+//! shard each device holds and the Shardy annotation XLA's SPMD partitioner reads; from an
+//! op's inputs' shardings, its result's split (`result_spec`, the one rule of eager dispatch
+//! over a mesh and of compiled functions). Pure bookkeeping: nothing here touches a device, so
+//! the compile cache (whose keys hold meshes) and the runtime sit above it; `Mesh::new`, which
+//! asks the runtime for devices, is the runtime's (`runtime/start.rs`).
 
 use std::fmt;
 use std::ops::Range;
@@ -12,6 +13,8 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ops::Op;
+use crate::shape::Spec;
 
 /// Devices arranged in named axes; partition `i` of an SPMD program runs on `devices()[i]`,
 /// the devices laid out row-major over the axes (the last axis varies fastest). Cloning
@@ -320,6 +323,32 @@ impl Sharding {
     pub fn sdy(&self, rank: usize) -> String {
         crate::ops::Shard::sdy(&self.spec.dims, rank)
     }
+}
+
+/// The result's split: the op's own ([`Op::result_axes`]) if it fixes one; else each output
+/// dim takes the mesh axes of the first of its source dims that has some none of the other
+/// output dims took already.
+pub(crate) fn result_spec(op: &Op, inputs: &[Spec], shardings: &[&Sharding], output: &Spec) -> PartitionSpec {
+    if let Some(axes) = op.result_axes() {
+        return PartitionSpec::from_dims(axes.to_vec());
+    }
+    let mut used: Vec<&str> = Vec::new();
+    let mut dims = Vec::with_capacity(output.rank());
+    for sources in op.dim_sources(inputs, output) {
+        let j = dims.len();
+        let axes = sources
+            .iter()
+            .map(|&(i, d)| (shardings[i].spec().axes_of(d), shardings[i].parts(d)))
+            .find(|(axes, parts)| {
+                !axes.is_empty()
+                    && axes.iter().all(|a| !used.contains(&a.as_str()))
+                    && output.shape[j].is_multiple_of(*parts)
+            })
+            .map_or(&[][..], |(axes, _)| axes);
+        used.extend(axes.iter().map(String::as_str));
+        dims.push(axes.to_vec());
+    }
+    PartitionSpec::from_dims(dims)
 }
 
 impl Mesh {

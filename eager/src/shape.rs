@@ -1,4 +1,4 @@
-//! Shapes and the NumPy broadcasting rule.
+//! Shapes, the NumPy broadcasting rule and the shape a reduction leaves.
 
 use smallvec::SmallVec;
 
@@ -88,4 +88,17 @@ pub fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
 pub fn resolve_dim(dim: isize, rank: usize) -> Option<usize> {
     let d = if dim < 0 { dim + rank as isize } else { dim };
     (0..rank as isize).contains(&d).then_some(d as usize)
+}
+
+/// Shape after reducing `dims` (kept as size 1 with `keepdim`).
+pub(crate) fn reduced_shape(shape: &[usize], dims: &[usize], keepdim: bool) -> Shape {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(d, &s)| match (dims.contains(&d), keepdim) {
+            (false, _) => Some(s),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
 }

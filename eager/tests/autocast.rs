@@ -88,7 +88,12 @@ fn each_op_runs_in_the_dtype_of_its_list() -> Result<()> {
             // Off inside: ops run in their inputs' dtypes again.
             let _off = AutocastGuard::off();
             assert_eq!(a.matmul(&b)?.dtype(), DType::F32);
-            assert!(h.add(&a).is_err(), "mixed dtypes are refused outside autocast");
+            let e = h.add(&a).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "add: dtype error: dtypes differ: bf16 vs f32; convert one with .to_dtype(..)",
+                "mixed dtypes are refused outside autocast"
+            );
             Ok(())
         })?;
     }
@@ -97,7 +102,12 @@ fn each_op_runs_in_the_dtype_of_its_list() -> Result<()> {
     let want = a.to_dtype(DType::BF16)?.matmul(&b.to_dtype(DType::BF16)?)?;
     assert_eq!(got.to_vec::<bf16>()?, want.to_vec::<bf16>()?);
     assert_eq!(a.matmul(&b)?.dtype(), DType::F32, "autocast ends with its scope");
-    assert!(autocast(DType::F32, || Ok(())).is_err(), "autocast runs in f16 or bf16 only");
+    let e = autocast(DType::F32, || Ok(())).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "autocast: dtype error: autocast runs in f16 or bf16, got f32",
+        "f16 or bf16 only"
+    );
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //! own start (read from the source, comments aside). Bottom up, as the guide's map
 //! (docs/src/architecture.md): dtype, shape, device, shared → error, pjrt, plugin → memory,
 //! autocast → ops → mesh → cache, disk_cache, profiler → runtime → tensor → autograd, var →
-//! compile → nn, optim, io.
+//! compile → nn, optim, io. (Circles among the files of one folder, in every crate of the
+//! workspace: `tests/folder_circles.rs`.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;

@@ -61,7 +61,12 @@ fn clip_grad_norm_matches_torch_for_each_norm() -> Result<()> {
     v.set_grad(Some(Tensor::from_slice(&[0.3f32, 0.4], &[2])?))?;
     assert!((clip_grad_norm_(std::slice::from_ref(&v), 1.0, 2.0)?.item::<f32>()? - 0.5).abs() < 1e-7);
     assert_eq!(v.grad().unwrap().to_vec::<f32>()?, [0.3, 0.4]);
-    assert!(clip_grad_norm_(&[v], 1.0, 0.0).is_err(), "norm_type 0 is refused");
+    let e = clip_grad_norm_(&[v], 1.0, 0.0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "clip_grad_norm_: norm_type must be positive or infinite, got 0",
+        "norm_type 0"
+    );
     Ok(())
 }
 
@@ -128,11 +133,20 @@ fn grad_scaler_skips_and_scales_as_torch_on_scripted_gradients() -> Result<()> {
     println!("scales {scales:?}\nstepped {stepped:?}");
     // Misuse is an error, as in torch: unscale_ twice, update with nothing recorded.
     scaler.unscale_(&opt)?;
-    assert!(scaler.unscale_(&opt).is_err());
+    let e = scaler.unscale_(&opt).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GradScaler::unscale_: unscale_() was called on this optimizer already since the last update(), or after step()"
+    );
     scaler.step(&opt)?;
-    assert!(scaler.step(&opt).is_err());
+    let e = scaler.step(&opt).unwrap_err();
+    assert_eq!(e.to_string(), "GradScaler::step: step() was called already since the last update()");
     scaler.update()?;
-    assert!(scaler.update().is_err());
+    let e = scaler.update().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GradScaler::update: no inf checks were recorded before update(): call step() first"
+    );
     Ok(())
 }
 
@@ -177,7 +191,8 @@ fn frozen_parameters_take_no_gradient_and_no_optimizer_state() -> Result<()> {
     loss.backward()?;
     assert_eq!(a.grad().unwrap().to_vec::<f32>()?, [3.0, 4.0]);
     assert!(b.grad().is_none(), "a frozen parameter keeps no gradient");
-    assert!(b.set_grad(Some(Tensor::from_slice(&[1.0f32, 1.0], &[2])?)).is_err());
+    let e = b.set_grad(Some(Tensor::from_slice(&[1.0f32, 1.0], &[2])?)).unwrap_err();
+    assert_eq!(e.to_string(), "Var::set_grad: b (f32[2], takes no gradient) cannot take a gradient f32[2]");
     let opt = Adam::new(vec![a.clone(), b.clone()], 0.1)?;
     assert_eq!(opt.params().len(), 1, "no state for the frozen parameter");
     opt.step()?;
@@ -193,7 +208,11 @@ fn frozen_parameters_take_no_gradient_and_no_optimizer_state() -> Result<()> {
     a.set_requires_grad(true)?;
     a.get().mul(&b.get())?.sum_all()?.backward()?;
     assert!(a.grad().is_some());
-    assert!(Var::new("state", Tensor::zeros(&[1], DType::F32)?).set_requires_grad(false).is_err());
+    let e = Var::new("state", Tensor::zeros(&[1], DType::F32)?).set_requires_grad(false).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Var::set_requires_grad: state is not a parameter (made with Var::new): it takes no gradient"
+    );
     Ok(())
 }
 

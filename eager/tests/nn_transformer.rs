@@ -158,13 +158,9 @@ fn attention_dropout_keeps_the_expectation() {
     let mean = out.iter().sum::<f32>() / out.len() as f32;
     assert!((mean - 1.0).abs() < 0.05, "mean {mean}");
     assert!(out.iter().any(|&x| x < 0.999) && out.iter().any(|&x| x > 1.001), "dropout changed something");
-    assert!(scaled_dot_product_attention(
-        &q,
-        &k,
-        &v,
-        AttentionOptions { dropout: 1.0, ..Default::default() }
-    )
-    .is_err());
+    let e = scaled_dot_product_attention(&q, &k, &v, AttentionOptions { dropout: 1.0, ..Default::default() })
+        .unwrap_err();
+    assert_eq!(e.to_string(), "scaled_dot_product_attention: dropout must be in [0, 1), got 1");
 }
 
 #[test]
@@ -192,8 +188,18 @@ fn rms_norm_and_layer_norm_match_plain_math() {
         1e-5,
         "layer_norm",
     );
-    assert!(layer_norm(&xt, &[4], None, None, 1e-5).is_err(), "a shape that is not the input's tail");
-    assert!(rms_norm(&xt, Some(&bt.reshape(&[1, -1]).unwrap()), 1e-6).is_err());
+    let e = layer_norm(&xt, &[4], None, None, 1e-5).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "layer_norm: shape error: needs a float input ending in [4] and weight and bias of that shape, \
+         got f32[3, 5], none and none",
+        "a shape that is not the input's tail"
+    );
+    let e = rms_norm(&xt, Some(&bt.reshape(&[1, -1]).unwrap()), 1e-6).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "rms_norm: shape error: the weight must be [5] for input f32[3, 5], got f32[1, 5]"
+    );
     // bf16 is normalised in f32 and keeps its dtype.
     let y =
         rms_norm(&xt.to_dtype(DType::BF16).unwrap(), Some(&wt.to_dtype(DType::BF16).unwrap()), 1e-6).unwrap();
@@ -227,7 +233,11 @@ fn rotary_embedding_rotates_pairs_by_position_times_frequency() {
     close(&got, &want, 1e-6, "apply_rotary");
     let half = rotate_half(&Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[4]).unwrap()).unwrap();
     assert_eq!(half.to_vec::<f32>().unwrap(), vec![-3.0, -4.0, 1.0, 2.0]);
-    assert!(RotaryEmbedding::new(3, 100.0, &RopeScaling::Default).is_err());
+    let e = RotaryEmbedding::new(3, 100.0, &RopeScaling::Default).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "RotaryEmbedding: needs an even head dim and theta > 0, got dim 3 and theta 100"
+    );
 }
 
 #[test]
@@ -252,12 +262,17 @@ fn the_static_cache_writes_at_a_position_held_in_a_tensor() {
     // Overwriting slot 2.
     cache.write(&k1, &k1, &at(2)).unwrap();
     assert_eq!(&cache.keys().unwrap().to_vec::<f32>().unwrap()[4..6], &[9.0, 9.5]);
-    assert!(
-        cache.write(&k1, &k1, &Tensor::from_slice(&[1.0f32], &[]).unwrap()).is_err(),
+    let e = cache.write(&k1, &k1, &Tensor::from_slice(&[1.0f32], &[]).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "StaticKvCache::write: start must be one i64 (or [1] i64 when T = 1), got f32[] with T = 1",
         "the position must be an i64"
     );
-    assert!(
-        cache.write(&k1.reshape(&[1, 1, 2, 1]).unwrap(), &k1, &at(0)).is_err(),
+    let e = cache.write(&k1.reshape(&[1, 1, 2, 1]).unwrap(), &k1, &at(0)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "StaticKvCache::write: shape error: needs keys and values [1, 1, 2, 2] (T ≤ 6), \
+         got f32[1, 1, 2, 1] and f32[1, 1, 1, 2]",
         "a shape that is not [B, heads, T, dim]"
     );
 }

@@ -200,8 +200,13 @@ fn pjrt_handles_of_another_client_or_a_wrong_size_are_refused() -> Result<()> {
     // Host data of the wrong size, or a device of another client: refused before the plugin.
     let err = rt.client.buffer_from_host(&bytes[..8], f32_, &[3], dev).err().expect("8 bytes are no f32[3]");
     assert_eq!((err.code, err.function), (3, "PJRT_Client_BufferFromHostBuffer"));
-    assert!(rt.client.buffer_from_host(&bytes, f32_, &[-3], dev).is_err());
-    assert!(rt.client.buffer_from_host(&bytes, 0, &[3], dev).is_err(), "INVALID type aborts in the plugin");
+    let err = rt.client.buffer_from_host(&bytes, f32_, &[-3], dev).err().expect("a negative dim");
+    assert_eq!((err.code, err.function), (3, "PJRT_Client_BufferFromHostBuffer"));
+    assert!(err.message.starts_with("12 bytes of host data") && err.message.ends_with("dims [-3]"), "{err}");
+    // INVALID type aborts in the plugin: refused here.
+    let err = rt.client.buffer_from_host(&bytes, 0, &[3], dev).err().expect("the INVALID buffer type");
+    assert_eq!((err.code, err.function), (3, "PJRT_Client_BufferFromHostBuffer"));
+    assert_eq!(err.message, "12 bytes of host data for buffer type 0 with dims [3]", "{err}");
     assert_eq!(
         rt.client
             .buffer_from_host(&bytes, f32_, &[3], other_dev)

@@ -3,9 +3,7 @@
 //! exact GELU. Tensors named `embeddings.…`/`encoder.layer.0.…`, or under `bert.` as a task
 //! model saves them; the pooler, when present, is not used.
 
-use eager::nn::{
-    gelu_exact, scaled_dot_product_attention, AttentionOptions, Embedding, LayerNorm, Linear, Module,
-};
+use eager::nn::{attend_heads, gelu_exact, merge_heads, split_heads, Embedding, LayerNorm, Linear, Module};
 use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
@@ -138,22 +136,12 @@ impl Bert {
             Some(m) => Some(m.ne_scalar(0.0)?.reshape(&[b as isize, 1, 1, t as isize])?),
             None => None,
         };
-        let heads = self.config.num_attention_heads as isize;
-        let split = |y: Tensor| -> Result<Tensor> {
-            Ok(y.reshape(&[b as isize, t as isize, heads, -1])?.permute(&[0, 2, 1, 3])?)
-        };
+        let heads = self.config.num_attention_heads;
         for l in &self.layers {
-            let (q, k, v) =
-                (split(l.query.forward(&x)?)?, split(l.key.forward(&x)?)?, split(l.value.forward(&x)?)?);
-            let a = scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                AttentionOptions { mask: mask.as_ref(), ..Default::default() },
-            )?;
-            let a = l
-                .attention_output
-                .forward(&a.permute(&[0, 2, 1, 3])?.reshape(&[b as isize, t as isize, -1])?)?;
+            let split = |p: &Linear| split_heads(&p.forward(&x)?, heads);
+            let (q, k, v) = (split(&l.query)?, split(&l.key)?, split(&l.value)?);
+            let a = attend_heads(&q, &k, &v, mask.as_ref(), false, None)?;
+            let a = l.attention_output.forward(&merge_heads(&a)?)?;
             x = l.attention_norm.forward(&a.add(&x)?)?;
             let m = l.output.forward(&gelu_exact(&l.intermediate.forward(&x)?)?)?;
             x = l.output_norm.forward(&m.add(&x)?)?;

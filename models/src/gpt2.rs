@@ -4,8 +4,7 @@
 //! (saved by `GPT2LMHeadModel`) or `h.0.…` (the original `gpt2` on the Hub): both load.
 
 use eager::nn::{
-    gelu, layer_norm, scaled_dot_product_attention, AttentionOptions, Embedding, LayerNorm, Module,
-    StaticKvCache,
+    attend_heads, gelu, layer_norm, merge_heads, split_qkv, Embedding, LayerNorm, Module, StaticKvCache,
 };
 use eager::{DType, Device, Tensor, Var};
 
@@ -154,21 +153,10 @@ impl CausalLm for Gpt2 {
         let (b, t) = (ids.shape()[0] as isize, ids.shape()[1] as isize);
         let (heads, d) = (self.heads(), self.config.hidden_size);
         for (i, blk) in self.h.iter().enumerate() {
-            let qkv = blk.c_attn.forward(&blk.ln_1.forward(&x)?)?;
-            let head = |j: usize| -> Result<Tensor> {
-                Ok(qkv.narrow(-1, j * d, d)?.reshape(&[b, t, heads as isize, -1])?.permute(&[0, 2, 1, 3])?)
-            };
-            let (q, k, v) = (head(0)?, head(1)?, head(2)?);
-            let a = match cache.as_mut() {
-                Some((c, start)) => c[i].attend(&q, &k, &v, start, Some(mask))?,
-                None => scaled_dot_product_attention(
-                    &q,
-                    &k,
-                    &v,
-                    AttentionOptions { mask: Some(mask), causal: true, ..Default::default() },
-                )?,
-            };
-            let a = blk.attn_c_proj.forward(&a.permute(&[0, 2, 1, 3])?.reshape(&[b, t, -1])?)?;
+            let [q, k, v] = split_qkv(&blk.c_attn.forward(&blk.ln_1.forward(&x)?)?, heads)?;
+            let layer_cache = cache.as_mut().map(|(c, start)| (&mut c[i], *start));
+            let a = attend_heads(&q, &k, &v, Some(mask), true, layer_cache)?;
+            let a = blk.attn_c_proj.forward(&merge_heads(&a)?)?;
             x = x.add(&a)?;
             let m = blk.mlp_c_proj.forward(&gelu(&blk.c_fc.forward(&blk.ln_2.forward(&x)?)?)?)?;
             x = x.add(&m)?;

@@ -53,6 +53,15 @@ pub fn child_hook() {
     if std::env::var_os("EVCXR_IS_RUNTIME").is_some() {
         // SAFETY: setting a signal disposition before any thread starts.
         unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+        // The cell process dies with the session that holds it, even mid-cell (its stdin's end
+        // is only read between cells): a killed session leaves no orphan running a loop.
+        // SAFETY: prctl on this process; getppid cannot fail.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() == 1 {
+                libc::_exit(0);
+            }
+        }
         if let Err(e) = watch_cell_errors() {
             eprintln!("eager: cannot watch the cell process's output ({e}): `?` errors will not be reported as errors");
         }

@@ -155,14 +155,23 @@ mod tests {
         assert_eq!(MetaCommand::parse(":device tpu"), Some(Ok(Device("tpu".into()))));
         assert_eq!(MetaCommand::parse(":cache clear"), Some(Ok(CacheClear { disk: false })));
         assert_eq!(MetaCommand::parse(":cache clear --disk"), Some(Ok(CacheClear { disk: true })));
-        assert!(matches!(MetaCommand::parse(":cache clear --all"), Some(Err(_))));
-        assert!(matches!(MetaCommand::parse(":trace"), Some(Err(_))));
+        assert_eq!(
+            MetaCommand::parse(":cache clear --all"),
+            Some(Err(":cache clear takes nothing or `--disk`, not --all".into()))
+        );
+        assert_eq!(
+            MetaCommand::parse(":trace"),
+            Some(Err(":trace needs a file name, e.g. :trace trace.json".into()))
+        );
         assert_eq!(
             MetaCommand::parse(":autocast bf16"),
             Some(Ok(MetaCommand::Autocast(Some("bf16".into()))))
         );
         assert_eq!(MetaCommand::parse(":autocast"), Some(Ok(MetaCommand::Autocast(None))));
-        assert!(matches!(MetaCommand::parse(":autocast f32"), Some(Err(_))));
+        assert_eq!(
+            MetaCommand::parse(":autocast f32"),
+            Some(Err(":autocast takes `bf16`, `f16` or `off`, not \"f32\"".into()))
+        );
         assert_eq!(MetaCommand::parse(":dep foo = \"1\""), None);
         assert_eq!(MetaCommand::parse(":help evcxr"), None);
         assert_eq!(MetaCommand::parse("let x = 1;"), None);

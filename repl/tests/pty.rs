@@ -123,6 +123,12 @@ fn a_session_in_a_terminal() {
     // The compiled ops went to the persistent cache too; :cache clear --disk empties it.
     let on_disk: usize = cell(&mut p, ":cache", r"disk cache: (\d+) entries").parse().unwrap();
     assert!(on_disk >= 2, "{on_disk} entries on disk");
+    // What must be gone afterwards is there before: the entries as files (`.xla`).
+    let entries = std::fs::read_dir(&compiled)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "xla"))
+        .count();
+    assert_eq!(entries, on_disk, "entries in {} before :cache clear --disk", compiled.display());
     let removed: usize =
         cell(&mut p, ":cache clear --disk", r"on disk \((\d+) entries removed\)").parse().unwrap();
     assert_eq!(removed, on_disk);

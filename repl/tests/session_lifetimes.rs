@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{processes_naming, wait_until, KillAll};
+
 /// A copy of eager-repl at `dir/eager-repl` (a new inode each time: a rebuild as cargo makes it).
 fn install_copy(dir: &Path) -> PathBuf {
     let exe = dir.join("eager-repl");
@@ -32,21 +35,6 @@ fn repl(exe: &Path, runtime: &Path) -> Command {
     cmd
 }
 
-/// (pid, command line) of the live processes whose command line names `needle`.
-fn processes_naming(needle: &str) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let zombie = std::fs::read_to_string(entry.path().join("stat")).map_or(true, |s| s.contains(") Z "));
-        if cmdline.contains(needle) && !zombie {
-            found.push((pid, cmdline));
-        }
-    }
-    found
-}
-
 fn server_pids(runtime: &Path) -> Vec<u32> {
     processes_naming(&runtime.to_string_lossy())
         .into_iter()
@@ -61,14 +49,6 @@ fn sessions(runtime: &Path) -> Vec<(u32, PathBuf)> {
         .into_iter()
         .filter_map(|(p, c)| Some((p, PathBuf::from(c.split("--eager-session-worker").nth(1)?.trim()))))
         .collect()
-}
-
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "{what} after {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The server's socket (its one `server-*.sock`).
@@ -93,18 +73,6 @@ fn ask(socket: &Path, request: &str) -> String {
     let mut answer = String::new();
     BufReader::new(&s).read_line(&mut answer).unwrap();
     answer
-}
-
-/// Kills what the test's server left (a failed assertion must not leave it running).
-struct KillAll(PathBuf);
-
-impl Drop for KillAll {
-    fn drop(&mut self) {
-        for (pid, _) in processes_naming(&self.0.to_string_lossy()) {
-            // SAFETY: a signal to a process of this test's server.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        }
-    }
 }
 
 #[test]

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{alive, processes_naming, wait_until, KillAll};
+
 /// Seconds without a request before the test's server exits.
 const IDLE_SECS: u64 = 45;
 
@@ -23,21 +26,6 @@ fn repl(runtime: &Path) -> Command {
     cmd
 }
 
-/// The processes whose command line names `needle` (the server and its sessions name a socket
-/// in the test's runtime dir).
-fn processes_naming(needle: &str) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(needle) {
-            found.push((pid, cmdline));
-        }
-    }
-    found
-}
-
 fn server_pid(runtime: &Path) -> Option<u32> {
     let needle = runtime.to_string_lossy().into_owned();
     processes_naming(&needle).into_iter().find(|(_, c)| c.contains("--eager-session-server")).map(|(p, _)| p)
@@ -50,17 +38,8 @@ fn parent_of(pid: u32) -> u32 {
     rest.split(' ').nth(1).unwrap().parse().unwrap()
 }
 
-fn alive(pid: u32) -> bool {
-    // A zombie has ended: only its parent has not collected it yet.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-}
-
 fn wait_gone(pid: u32, limit: Duration, what: &str) {
-    let start = Instant::now();
-    while alive(pid) {
-        assert!(start.elapsed() < limit, "{what} (pid {pid}) still runs after {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(&format!("{what} (pid {pid}) still runs"), limit, || !alive(pid));
 }
 
 /// The `PID <n>` line a cell printed: the parent of the cell process, i.e. the session's host.
@@ -73,18 +52,6 @@ fn host_pid(stdout: &str) -> u32 {
 }
 
 const PRINT_HOST: &str = r#"println!("PID {}", std::os::unix::process::parent_id());"#;
-
-/// Kills what the test's server left (a failed assertion must not leave it running).
-struct KillAll(PathBuf);
-
-impl Drop for KillAll {
-    fn drop(&mut self) {
-        for (pid, _) in processes_naming(&self.0.to_string_lossy()) {
-            // SAFETY: a signal to a process of this test's server.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        }
-    }
-}
 
 #[test]
 fn the_session_server_hands_each_front_end_a_warm_session_of_its_own() {
@@ -152,27 +119,32 @@ fn the_session_server_hands_each_front_end_a_warm_session_of_its_own() {
     assert_ne!(ha, hb, "two front ends shared one session");
     assert!(ha != host && hb != host, "a session was handed over twice");
 
-    // A front end killed mid-cell: its session ends (the cell process with it).
+    // A front end killed mid-cell: its session ends (the cell process with it). The cell
+    // prints its own pid too: the cell process is found, not looked for.
     let mut c = repl(&rt).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut stdin = c.stdin.take().unwrap();
-    writeln!(stdin, "{PRINT_HOST}").unwrap();
+    writeln!(stdin, r#"{PRINT_HOST} println!("CELL {{}}", std::process::id());"#).unwrap();
     let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+    let mut next_line = || lines.next().expect("the front end ended before printing").unwrap();
     let host = loop {
-        let line = lines.next().expect("the front end ended before printing").unwrap();
-        if let Some(p) = line.strip_prefix("PID ") {
+        if let Some(p) = next_line().strip_prefix("PID ") {
             break p.trim().parse::<u32>().unwrap();
         }
     };
-    let cell_process =
-        processes_naming("").into_iter().map(|(p, _)| p).find(|&p| alive(p) && parent_of(p) == host);
+    let cell = loop {
+        if let Some(p) = next_line().strip_prefix("CELL ") {
+            break p.trim().parse::<u32>().unwrap();
+        }
+    };
+    assert!(alive(cell), "no cell process {cell}");
+    assert_eq!(parent_of(cell), host, "the cell process is the session's child");
     writeln!(stdin, "std::thread::sleep(std::time::Duration::from_secs(300));").unwrap();
     std::thread::sleep(Duration::from_secs(2));
+    assert!(alive(host) && alive(cell), "the session and its cell process run until the front end is killed");
     c.kill().unwrap();
     let _ = c.wait();
     wait_gone(host, Duration::from_secs(30), "a killed front end's session");
-    if let Some(cell) = cell_process {
-        wait_gone(cell, Duration::from_secs(30), "a killed front end's cell process");
-    }
+    wait_gone(cell, Duration::from_secs(30), "a killed front end's cell process");
 
     // A server killed outright leaves its socket: the next front end gets a new server.
     // SAFETY: a signal to this test's server.
@@ -185,6 +157,7 @@ fn the_session_server_hands_each_front_end_a_warm_session_of_its_own() {
     let second = server_pid(&rt).expect("no server after the stale socket");
     assert_ne!(second, server);
     assert_eq!(parent_of(host_pid(&String::from_utf8_lossy(&out.stdout))), second);
+    assert!(server_socket.exists(), "the new server listens on the same socket path");
 
     // Idle: the server exits with its spare, and takes its socket away.
     let deadline = Instant::now() + Duration::from_secs(IDLE_SECS + 90);

@@ -60,9 +60,13 @@ def test_a_badly_signed_message_is_dropped_and_never_run(kernel, tmp_path):
     assert sock.poll(8000) == 0, "the kernel answered a message with a bad signature"
     sock.close(linger=0)
     assert not marker.exists(), "a badly signed cell ran"
-    # The kernel is still serving properly signed requests.
+    # The kernel is still serving properly signed requests: the same cell, signed, writes the
+    # marker (so its absence above means the cell did not run, not that it could not write).
     content, outputs = run(kc, "40 + 2")
     assert content["status"] == "ok" and results(outputs) == ["42"]
+    content, _ = run(kc, code)
+    assert content["status"] == "ok", content
+    assert marker.read_text() == "ran", "the properly signed cell wrote its marker"
 
 
 def live(outputs):
@@ -179,8 +183,11 @@ def test_memory_shows_live_tensors_and_an_out_of_memory_error_names_the_largest(
     assert content["status"] == "ok"
     content, outputs = run(kc, ":memory")
     assert content["status"] == "ok"
-    text = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "display_data"
-            and m["content"]["data"].get("text/plain", "").startswith("live: ")][0]
+    # The first display is the summary (then the chart, as SVG).
+    texts = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "display_data"
+             and "text/plain" in m["content"]["data"]]
+    assert texts, outputs
+    text = texts[0]
     assert text.startswith("live: "), text
     assert "f32[1024, 1024] 4.0 MiB on cpu:0, made by exp" in text, text
     assert any(m["msg_type"] == "display_data" and m["content"]["data"].get("image/svg+xml", "").startswith("<svg")
@@ -205,7 +212,11 @@ def test_interrupt_stops_a_long_loop_and_keeps_variables(kernel):
     km.interrupt_kernel()
     reply = kc.get_shell_msg(timeout=60)
     assert reply["parent_header"]["msg_id"] == msg_id
-    assert reply["content"]["status"] == "error"
+    # The loop's next op fails with eager's Interrupted error; `+` (an operator, which cannot
+    # return it) panics with it.
+    assert reply["content"]["status"] == "error", reply["content"]
+    interrupted = (reply["content"]["ename"], reply["content"]["evalue"])
+    assert interrupted == ("panic", "add: interrupted"), reply["content"]
     content, outputs = run(kc, "kept.sum_all()?")
     assert content["status"] == "ok"
     assert results(outputs) == ["tensor(6.0000, shape=[], dtype=f32, device=cpu:0)"]
@@ -230,7 +241,9 @@ def test_sigint_to_the_kernel_pid_interrupts_the_cell_and_the_kernel_lives(kerne
     os.kill(pid, signal.SIGINT)
     reply = kc.get_shell_msg(timeout=60)
     assert reply["parent_header"]["msg_id"] == msg_id
-    assert reply["content"]["status"] == "error" and "interrupted" in reply["content"]["evalue"], reply["content"]
+    assert reply["content"]["status"] == "error", reply["content"]
+    interrupted = (reply["content"]["ename"], reply["content"]["evalue"])
+    assert interrupted == ("panic", "add: interrupted"), reply["content"]
     assert km.is_alive(), "SIGINT ended the kernel"
     content, outputs = run(kc, "kept_sig.to_vec::<f32>()?")
     assert content["status"] == "ok" and results(outputs) == ["[1.0, 2.0, 3.0]"], outputs
@@ -261,29 +274,38 @@ def test_restart_resets_the_count_and_shutdown_leaves_no_process():
     try:
         # The first cell of a fresh kernel waits for its session (as long as a start may take).
         run(kc, "let a = 1;", timeout=STARTUP)
-        content, _ = run(kc, "a + 1")
+        content, outputs = run(kc, "a + 1")
         assert content["execution_count"] == 2
+        assert content["status"] == "ok" and results(outputs) == ["2"], "`a` is known before the restart"
         km.restart_kernel(now=False)
         kc.wait_for_ready(timeout=STARTUP)
+        # A new cell works, counted from 1.
         content, outputs = run(kc, "7 * 6", timeout=STARTUP)
-        assert content["execution_count"] == 1
+        assert content["status"] == "ok" and content["execution_count"] == 1, content
         assert results(outputs) == ["42"]
         # The variable of the old kernel is gone.
-        content, _ = run(kc, "a")
-        assert content["status"] == "error"
+        content, outputs = run(kc, "a")
+        assert content["status"] == "error", content
+        unknown = (content["ename"], content["evalue"])
+        assert unknown == ("CompilationError", "cannot find value `a` in this scope"), content
+        assert [e["ename"] for e in errors(outputs)] == ["CompilationError"], outputs
 
         pid = km.provisioner.process.pid
         kids = child_pids(pid)
         assert kids, "the kernel runs cells in a child process"
+        # Before the shutdown, what must go afterwards is there: the processes, and the
+        # control socket (in the per-user runtime dir).
+        assert all(alive(p) for p in [pid, *kids]), [(p, alive(p)) for p in [pid, *kids]]
+        run_dir = (pathlib.Path(os.environ["XDG_RUNTIME_DIR"]) / "eager" if os.environ.get("XDG_RUNTIME_DIR")
+                   else pathlib.Path(tempfile.gettempdir()) / f"eager-{os.geteuid()}")
+        assert len(list(run_dir.glob(f"control-{pid}-*.sock"))) == 1, sorted(run_dir.iterdir())
         km.shutdown_kernel(now=False)
         # A guard against a hang, not a claim about speed.
         deadline = time.time() + 60
         while time.time() < deadline and any(alive(p) for p in [pid, *kids]):
             time.sleep(0.2)
         assert not any(alive(p) for p in [pid, *kids]), "a kernel process outlived shutdown"
-        # Nor does its control socket (in the per-user runtime dir).
-        run_dir = (pathlib.Path(os.environ["XDG_RUNTIME_DIR"]) / "eager" if os.environ.get("XDG_RUNTIME_DIR")
-                   else pathlib.Path(tempfile.gettempdir()) / f"eager-{os.geteuid()}")
+        # Nor does its control socket.
         assert not list(run_dir.glob(f"control-{pid}-*.sock")), "the kernel's control socket outlived it"
     finally:
         kc.stop_channels()
@@ -383,9 +405,9 @@ def test_a_notebook_stops_at_a_failing_cell(tmp_path):
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
     from nbformat.v4 import new_code_cell, new_notebook
-    marker = tmp_path / "after"
+    before, marker = tmp_path / "before", tmp_path / "after"
     nb = new_notebook(cells=[
-        new_code_cell("let a = Tensor::ones(&[2], DType::F32)?;"),
+        new_code_cell(f'let a = Tensor::ones(&[2], DType::F32)?; std::fs::write("{before}", "ran")?;'),
         new_code_cell("a.add(&Tensor::ones(&[3], DType::F32)?)?"),
         new_code_cell(f'std::fs::write("{marker}", "ran")?;'),
     ])
@@ -393,6 +415,9 @@ def test_a_notebook_stops_at_a_failing_cell(tmp_path):
     with pytest.raises(CellExecutionError) as failed:
         client.execute()
     assert "ShapeError" in str(failed.value)
+    # A cell that runs writes its marker (the one before the failing cell did): the one after
+    # did not run.
+    assert before.read_text() == "ran", "the cell before the failing one ran"
     assert not marker.exists(), "nbclient ran on past the failing cell"
 
 

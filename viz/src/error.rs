@@ -1,6 +1,11 @@
-//! The one error type of viz.
+//! The one error type of viz, and the chart sizes its [`Error::Size`] names.
 
 use std::path::PathBuf;
+
+/// Smallest chart drawn: below it labels cannot be kept apart.
+pub(crate) const MIN_SIZE: (u32, u32) = (320, 200);
+/// Largest side, in pixels.
+pub(crate) const MAX_SIDE: u32 = 16_384;
 
 /// What can go wrong drawing or writing a chart.
 #[derive(Debug, thiserror::Error)]
@@ -16,9 +21,9 @@ pub enum Error {
     /// A size outside what charts are drawn at.
     #[error(
         "chart size {width}x{height} is out of range ({}x{} up to {max}x{max})",
-        crate::chart::MIN_SIZE.0,
-        crate::chart::MIN_SIZE.1,
-        max = crate::chart::MAX_SIDE
+        MIN_SIZE.0,
+        MIN_SIZE.1,
+        max = MAX_SIDE
     )]
     Size {
         /// The width asked for, in pixels.

@@ -1,11 +1,66 @@
-//! Attention layers: multi-head self-attention with a key/value cache for decoding one
-//! position at a time on fixed shapes.
+//! Multi-head attention, and the pieces every attention layer and model is made of: heads
+//! split from and merged back into `[B, T, hidden]`, and one step's attention over its own
+//! positions ([`scaled_dot_product_attention`]) or through a [`StaticKvCache`] (decoding one
+//! position at a time on fixed shapes). `MultiheadAttention`, grouped-query attention, GPT-2
+//! and BERT all attend through these.
 
-use super::{prefixed, Linear, Module};
-use crate::dtype::DType;
+use super::{prefixed, scaled_dot_product_attention, AttentionOptions, Linear, Module, StaticKvCache};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use crate::var::Var;
+
+/// `[B, T, heads · d]` split into heads, `[B, heads, T, d]`.
+pub fn split_heads(x: &Tensor, heads: usize) -> Result<Tensor> {
+    if x.rank() != 3 || heads == 0 || !x.shape()[2].is_multiple_of(heads) {
+        let msg = format!("needs [B, T, heads · d] with {heads} heads, got {}", x.spec());
+        return Err(Error::shape("split_heads", msg));
+    }
+    let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
+    x.reshape(&[b, t, heads as isize, -1])?.permute(&[0, 2, 1, 3])
+}
+
+/// Queries, keys and values projected as one, `[B, T, 3 · heads · d]` (q, then k, then v),
+/// each split into heads, `[B, heads, T, d]`.
+pub fn split_qkv(qkv: &Tensor, heads: usize) -> Result<[Tensor; 3]> {
+    if qkv.rank() != 3 || !qkv.shape()[2].is_multiple_of(3) {
+        let msg = format!("needs [B, T, 3 · heads · d], got {}", qkv.spec());
+        return Err(Error::shape("split_qkv", msg));
+    }
+    let dim = qkv.shape()[2] / 3;
+    let part = |i: usize| split_heads(&qkv.narrow(-1, i * dim, dim)?, heads);
+    Ok([part(0)?, part(1)?, part(2)?])
+}
+
+/// Heads `[B, heads, T, d]` merged back, `[B, T, heads · d]` (the inverse of [`split_heads`]).
+pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
+    if x.rank() != 4 {
+        return Err(Error::shape("merge_heads", format!("needs [B, heads, T, d], got {}", x.spec())));
+    }
+    let (b, t) = (x.shape()[0] as isize, x.shape()[2] as isize);
+    x.permute(&[0, 2, 1, 3])?.reshape(&[b, t, -1])
+}
+
+/// One step's attention of split heads, q `[B, heads, T, d]` and k, v `[B, kv_heads, T, d]`
+/// (`kv_heads` dividing `heads`): without a cache, [`scaled_dot_product_attention`] over the
+/// step's own positions, causal if `causal`, under `mask` (broadcast to `[B, heads, T, T]`);
+/// with `(cache, start)`, the keys and values go to the cache's slots from `start` and the
+/// queries attend the whole cache under `mask` alone (bool, `[B, 1, T, capacity]`, which
+/// holds the causal rule), as [`StaticKvCache::attend`]. `[B, heads, T, d]`.
+pub fn attend_heads(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    cache: Option<(&mut StaticKvCache, &Tensor)>,
+) -> Result<Tensor> {
+    match cache {
+        Some((cache, start)) => cache.attend(q, k, v, start, mask),
+        None => {
+            scaled_dot_product_attention(q, k, v, AttentionOptions { mask, causal, ..Default::default() })
+        }
+    }
+}
 
 /// Self-attention of `[B, T, dim]` inputs over `heads` heads (torch's `nn.MultiheadAttention`
 /// with `batch_first=True`, queries, keys and values all the input): one projection to q, k
@@ -22,32 +77,10 @@ pub struct MultiheadAttention {
     pub causal: bool,
 }
 
-/// Keys and values of the positions decoded so far, for one attention layer: `[B, heads,
-/// capacity, head_dim]` each, filled one position per [`MultiheadAttention::decode`]. Shapes
-/// never change while it fills, so every decoding step runs the same cached executables.
-pub struct KvCache {
-    keys: Tensor,
-    values: Tensor,
-    positions: Tensor,
-    len: usize,
-}
-
-impl KvCache {
-    /// Positions filled so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no position is filled yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Positions it can hold.
-    pub fn capacity(&self) -> usize {
-        self.positions.shape()[0]
-    }
-}
+/// The cache [`MultiheadAttention::decode`] fills: the one key/value cache,
+/// [`StaticKvCache`], under the name it had when `MultiheadAttention` kept its own (its
+/// [`StaticKvCache::len`] counts the positions decoded).
+pub type KvCache = StaticKvCache;
 
 impl MultiheadAttention {
     /// Attention over `heads` heads of `dim / heads` (which must divide), f32, with biases.
@@ -75,18 +108,7 @@ impl MultiheadAttention {
             let msg = format!("needs [B, T, {dim}] inputs, got {}", x.spec());
             return Err(Error::shape("MultiheadAttention", msg));
         }
-        let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
-        let qkv = self.in_proj.forward(x)?;
-        let head = |i: usize| -> Result<Tensor> {
-            qkv.narrow(-1, i * dim, dim)?.reshape(&[b, t, self.heads as isize, -1])?.permute(&[0, 2, 1, 3])
-        };
-        Ok([head(0)?, head(1)?, head(2)?])
-    }
-
-    /// `[B, heads, T, head_dim]` back to `[B, T, dim]`, projected.
-    fn merge(&self, heads: &Tensor) -> Result<Tensor> {
-        let (b, t) = (heads.shape()[0] as isize, heads.shape()[2] as isize);
-        self.out_proj.forward(&heads.permute(&[0, 2, 1, 3])?.reshape(&[b, t, -1])?)
+        split_qkv(&self.in_proj.forward(x)?, self.heads)
     }
 
     /// Self-attention of `x` `[B, T, dim]`; `mask` (bool, broadcast to `[B, heads, T, T]`)
@@ -94,43 +116,28 @@ impl MultiheadAttention {
     pub fn attend(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
         crate::compile::fused_op("attention", || {
             let [q, k, v] = self.project(x)?;
-            self.merge(&q.scaled_dot_product_attention(&k, &v, mask, self.causal)?)
+            self.out_proj.forward(&merge_heads(&attend_heads(&q, &k, &v, mask, self.causal, None)?)?)
         })
     }
 
-    /// An empty key/value cache for decoding `batch` sequences of up to `capacity` positions.
-    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+    /// An empty key/value cache for decoding `batch` sequences of up to `capacity` positions
+    /// (in the weights' dtype and device).
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<StaticKvCache> {
         let w = self.out_proj.weight.get();
-        let shape = [batch, self.heads, capacity, self.dim() / self.heads];
-        Ok(KvCache {
-            keys: Tensor::full_on(&shape, 0.0, w.dtype(), w.device())?,
-            values: Tensor::full_on(&shape, 0.0, w.dtype(), w.device())?,
-            positions: Tensor::arange_on(0.0, capacity as f64, 1.0, DType::I64, w.device())?,
-            len: 0,
-        })
+        StaticKvCache::new(batch, self.heads, capacity, self.dim() / self.heads, w.dtype(), w.device())
     }
 
     /// Attention of one new position `x` `[B, 1, dim]` over it and every position in `cache`,
-    /// which it joins: the same result as [`MultiheadAttention::attend`] (causal) gives at
-    /// that position for the whole sequence, without recomputing the earlier keys and values.
-    pub fn decode(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+    /// which it joins ([`StaticKvCache::append`]): the same result as
+    /// [`MultiheadAttention::attend`] (causal) gives at that position for the whole sequence,
+    /// without recomputing the earlier keys and values.
+    pub fn decode(&self, x: &Tensor, cache: &mut StaticKvCache) -> Result<Tensor> {
         if x.rank() != 3 || x.shape()[1] != 1 {
             let msg = format!("decodes one position at a time, [B, 1, dim], got {}", x.spec());
             return Err(Error::shape("MultiheadAttention::decode", msg));
         }
-        if cache.len == cache.capacity() {
-            let msg = format!("the key/value cache is full ({} positions)", cache.capacity());
-            return Err(Error::invalid("MultiheadAttention::decode", msg));
-        }
         let [q, k, v] = self.project(x)?;
-        let pos = cache.len as f64;
-        // The new key and value go to slot `pos`; the query sees slots 0..=pos.
-        let slot = cache.positions.eq_scalar(pos)?.reshape(&[1, 1, -1, 1])?;
-        cache.keys = slot.where_cond(&k.broadcast_to(cache.keys.shape())?, &cache.keys)?;
-        cache.values = slot.where_cond(&v.broadcast_to(cache.values.shape())?, &cache.values)?;
-        cache.len += 1;
-        let seen = cache.positions.le_scalar(pos)?.reshape(&[1, 1, 1, -1])?;
-        self.merge(&q.scaled_dot_product_attention(&cache.keys, &cache.values, Some(&seen), false)?)
+        self.out_proj.forward(&merge_heads(&cache.append(&q, &k, &v)?)?)
     }
 }
 

@@ -1,10 +1,9 @@
 //! Grouped-query attention as Llama, Mistral and Qwen2 have it (`q_proj`, `k_proj`, `v_proj`,
 //! `o_proj`; fewer key/value heads than query heads, rotary positions), decoding into a
-//! [`StaticKvCache`]; and Llama's gated MLP.
+//! [`StaticKvCache`], its heads split, attended and merged by the shared pieces of
+//! `nn::attention`; and Llama's gated MLP.
 
-use super::{
-    apply_rotary, prefixed, scaled_dot_product_attention, AttentionOptions, Linear, Module, StaticKvCache,
-};
+use super::{apply_rotary, attend_heads, merge_heads, prefixed, split_heads, Linear, Module, StaticKvCache};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -74,23 +73,10 @@ impl GroupedQueryAttention {
                 format!("needs [B, T, hidden], got {}", x.spec()),
             ));
         }
-        let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
-        let split = |y: Tensor, n: usize| {
-            y.reshape(&[b, t, n as isize, self.head_dim as isize])?.permute(&[0, 2, 1, 3])
-        };
-        let q = apply_rotary(&split(self.q_proj.forward(x)?, self.heads)?, cos, sin)?;
-        let k = apply_rotary(&split(self.k_proj.forward(x)?, self.kv_heads)?, cos, sin)?;
-        let v = split(self.v_proj.forward(x)?, self.kv_heads)?;
-        let out = match cache {
-            Some((cache, start)) => cache.attend(&q, &k, &v, start, mask)?,
-            None => scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                AttentionOptions { mask, causal: true, ..Default::default() },
-            )?,
-        };
-        self.o_proj.forward(&out.permute(&[0, 2, 1, 3])?.reshape(&[b, t, -1])?)
+        let q = apply_rotary(&split_heads(&self.q_proj.forward(x)?, self.heads)?, cos, sin)?;
+        let k = apply_rotary(&split_heads(&self.k_proj.forward(x)?, self.kv_heads)?, cos, sin)?;
+        let v = split_heads(&self.v_proj.forward(x)?, self.kv_heads)?;
+        self.o_proj.forward(&merge_heads(&attend_heads(&q, &k, &v, mask, true, cache)?)?)
     }
 
     /// An empty cache for this layer.

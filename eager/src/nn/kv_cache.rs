@@ -1,7 +1,8 @@
-//! The static key/value cache that decoding writes into: fixed capacity, the write position a
-//! tensor, so every decode step has the same shapes and runs the same executables. Every
-//! attention that decodes (grouped-query attention, GPT-2's) writes and attends through
-//! [`StaticKvCache::attend`].
+//! The static key/value cache that decoding writes into, the only one: fixed capacity, the
+//! write position a tensor, so every decode step has the same shapes and runs the same
+//! executables. Every attention that decodes (grouped-query attention, GPT-2's,
+//! `MultiheadAttention`'s) writes and attends through [`StaticKvCache::attend`], given the
+//! position by the caller or, with [`StaticKvCache::append`], kept by the cache.
 //!
 //! A cache is held in parts along the batch: one part of `B` rows (generation's batch), or one
 //! part per sequence (a server's slots, joined into a batch step by step). Each part is written
@@ -21,6 +22,8 @@ pub struct StaticKvCache {
     parts: Vec<(Tensor, Tensor)>,
     /// `0..capacity`, i64: compared with the write position on the device.
     slots: Tensor,
+    /// Positions filled by [`StaticKvCache::append`].
+    len: usize,
 }
 
 impl StaticKvCache {
@@ -66,12 +69,24 @@ impl StaticKvCache {
             return Err(Error::shape("StaticKvCache", msg));
         }
         let slots = Tensor::arange_on(0.0, k0.shape()[2] as f64, 1.0, DType::I64, k0.device())?;
-        Ok(StaticKvCache { parts: rows, slots })
+        Ok(StaticKvCache { parts: rows, slots, len: 0 })
     }
 
     /// Positions it can hold.
     pub fn capacity(&self) -> usize {
         self.slots.shape()[0]
+    }
+
+    /// Positions filled by [`StaticKvCache::append`] (which keeps the count on the host); 0 for
+    /// a cache written only at the caller's positions ([`StaticKvCache::write`] and
+    /// [`StaticKvCache::attend`]).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether [`StaticKvCache::append`] has filled no position yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Sequences it holds (rows of all parts).
@@ -201,5 +216,30 @@ impl StaticKvCache {
             row += n;
         }
         Tensor::cat(&outs.iter().collect::<Vec<_>>(), 0)
+    }
+
+    /// Decoding with the position kept here: `k` and `v` `[B, kv_heads, T, head_dim]` go to
+    /// slots `len..len + T` and query `i` of `q` `[B, heads, T, head_dim]` attends slots
+    /// `0..=len + i` (causally, through [`StaticKvCache::attend`]); then `len` grows by `T`.
+    /// The position is data (an i64 scalar), so every step of one `T` runs the same
+    /// executables. `[B, heads, T, head_dim]`.
+    pub fn append(&mut self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let (t, cap) = (k.shape().get(2).copied().unwrap_or(0), self.capacity());
+        if self.len + t > cap {
+            let msg = if self.len == cap {
+                format!("the key/value cache is full ({cap} positions)")
+            } else {
+                format!("the key/value cache has room for {} more positions, got {t}", cap - self.len)
+            };
+            return Err(Error::invalid("StaticKvCache::append", msg));
+        }
+        let dev = self.slots.device();
+        let start = Tensor::full_on(&[], self.len as f64, DType::I64, dev)?;
+        // Query i sees slot p where p - i <= len.
+        let rows = Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, dev)?.reshape(&[-1, 1])?;
+        let seen = self.slots.reshape(&[1, -1])?.sub(&rows)?.le_scalar(self.len as f64)?;
+        let out = self.attend(q, k, v, &start, Some(&seen))?;
+        self.len += t;
+        Ok(out)
     }
 }

@@ -26,7 +26,7 @@ mod sdpa;
 mod transformer;
 
 pub use activation::{gelu, gelu_exact, relu, silu, Gelu, Relu};
-pub use attention::{KvCache, MultiheadAttention};
+pub use attention::{attend_heads, merge_heads, split_heads, split_qkv, KvCache, MultiheadAttention};
 pub use container::{Flatten, Sequential};
 pub use conv::Conv2d;
 pub use dropout::Dropout;

@@ -1,6 +1,6 @@
 //! Transformer blocks built from the attention, norm and linear layers.
 
-use super::{gelu_exact, prefixed, KvCache, LayerNorm, Linear, Module, MultiheadAttention};
+use super::{gelu_exact, prefixed, LayerNorm, Linear, Module, MultiheadAttention, StaticKvCache};
 use crate::error::Result;
 use crate::tensor::Tensor;
 use crate::var::Var;
@@ -43,7 +43,7 @@ impl TransformerBlock {
 
     /// One new position `[B, 1, dim]` through the block, its attention over `cache` (see
     /// [`MultiheadAttention::decode`]).
-    pub fn decode(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+    pub fn decode(&self, x: &Tensor, cache: &mut StaticKvCache) -> Result<Tensor> {
         self.mlp(&x.add(&self.attn.decode(&self.ln1.forward(x)?, cache)?)?)
     }
 }

@@ -13,6 +13,7 @@ use super::elementwise::ElementwiseOps;
 use super::index::IndexOps;
 use super::matmul::MatmulOps;
 use super::movement::MovementOps;
+use super::random::{Dist, RandomOps};
 use super::reduce::ReduceOps;
 use super::Operand;
 
@@ -85,10 +86,8 @@ pub(crate) trait CompositeOps: Operand {
         })
     }
 
-    /// `softmax(q kᵀ / √d + mask) v` over `[..., L, d]` queries and `[..., S, d]` keys and
-    /// values (torch's `scaled_dot_product_attention`): `mask` is bool, true where a query may
-    /// attend (broadcast to `[..., L, S]`); `causal` lets query `i` attend keys `0..=i`. A row
-    /// with nothing to attend gives NaN, as torch.
+    /// `softmax(q kᵀ / √d + mask) v` (torch's `scaled_dot_product_attention` without scale
+    /// or dropout): [`attention`] with those at their defaults.
     fn scaled_dot_product_attention(
         &self,
         k: &Self,
@@ -96,39 +95,7 @@ pub(crate) trait CompositeOps: Operand {
         mask: Option<&Self>,
         causal: bool,
     ) -> Result<Self> {
-        let (q, k, v) = (&super::autocast_low(self)?, &super::autocast_low(k)?, &super::autocast_low(v)?);
-        let rank = q.rank_of();
-        if rank < 2 || k.rank_of() < 2 || v.rank_of() < 2 {
-            let msg = format!(
-                "needs [..., L, d] queries, keys and values, got {}, {} and {}",
-                q.spec(),
-                k.spec(),
-                v.spec()
-            );
-            return Err(Error::shape("scaled_dot_product_attention", msg));
-        }
-        let d = q.shape_of()[rank - 1];
-        let scores = q.matmul_transposed(k, false, true)?.mul_scalar(1.0 / (d as f64).sqrt())?;
-        let (l, s) = (scores.shape_of()[scores.rank_of() - 2], scores.shape_of()[scores.rank_of() - 1]);
-        let mut keep = mask.cloned();
-        if causal {
-            let lower = q.full_at(&[l, s], 1.0, crate::dtype::DType::Bool)?.tril(0)?;
-            keep = Some(match keep {
-                Some(m) => m.where_cond(&lower, &m)?, // m and lower
-                None => lower,
-            });
-        }
-        match keep {
-            Some(m) => {
-                let neg_inf = scores.scalar_like(f64::NEG_INFINITY)?;
-                let scores = m.where_cond(&scores, &neg_inf)?;
-                // A row with nothing to attend has weights 0 (torch's answer), not 0/0.
-                let dead = scores.max(&[-1], true)?.eq(&neg_inf)?;
-                let weights = scores.softmax(-1)?;
-                dead.where_cond(&weights.scalar_like(0.0)?, &weights)?.matmul(v)
-            }
-            None => scores.softmax(-1)?.matmul(v),
-        }
+        attention(self, k, v, mask, causal, None, 0.0)
     }
 
     /// `[*, classes]` i64 rows with a 1 at each index (torch's `one_hot`): a scatter of ones,
@@ -178,6 +145,131 @@ pub(crate) trait CompositeOps: Operand {
 }
 
 impl<T: Operand> CompositeOps for T {}
+
+/// The one attention (torch's `F.scaled_dot_product_attention`; `Tensor::scaled_dot_product_attention`
+/// and `nn::scaled_dot_product_attention` are it): `softmax(q kᵀ scale + mask) v` for q
+/// `[..., H, L, d]`, k `[..., Hkv, S, d]` and v `[..., Hkv, S, dv]`, leading dims broadcast as
+/// matmul's batch dims. When `Hkv` divides `H` (grouped-query attention, torch's
+/// `enable_gqa=True`) each key/value head serves `H / Hkv` adjacent query heads, read as they
+/// are, never repeated. `mask`, broadcast to `[..., H, L, S]`, is bool (true where a query may
+/// attend) or float (added to the scores); `causal` lets query `i` attend keys `0..=i` on top
+/// of it; `scale` multiplies `q kᵀ` (`None`: `1 / √d`); `dropout` zeroes each weight with that
+/// probability and scales the rest by `1 / (1 - p)`. The scores and the softmax are computed
+/// in f32 for f16/bf16 inputs, the weights rounded back once before the product with v. A row
+/// with nothing to attend gives 0, as torch 2.9, not NaN. q, k and v are on autocast's
+/// low-precision list.
+pub(crate) fn attention<S: Operand>(
+    q: &S,
+    k: &S,
+    v: &S,
+    mask: Option<&S>,
+    causal: bool,
+    scale: Option<f64>,
+    dropout: f64,
+) -> Result<S> {
+    let (q, k, v) = (&super::autocast_low(q)?, &super::autocast_low(k)?, &super::autocast_low(v)?);
+    let (qs, ks, vs) = (q.shape_of(), k.shape_of(), v.shape_of());
+    let rank = qs.len();
+    // Leading dims that broadcast (as matmul's batch dims): equal, or 1 on one side.
+    let fits = |a: &[usize], b: &[usize]| {
+        a.iter().rev().zip(b.iter().rev()).all(|(&x, &y)| x == y || x == 1 || y == 1)
+    };
+    let fit3 = |a: &[usize], b: &[usize], c: &[usize]| fits(a, b) && fits(a, c) && fits(b, c);
+    let sized = rank >= 2
+        && ks.len() >= 2
+        && vs.len() >= 2
+        && ks[ks.len() - 1] == qs[rank - 1]
+        && ks[ks.len() - 2] == vs[vs.len() - 2];
+    // Grouped: fewer key/value heads than query heads, dividing them.
+    let grouped = sized
+        && rank >= 3
+        && ks.len() == rank
+        && vs.len() == rank
+        && ks[rank - 3] == vs[rank - 3]
+        && ks[rank - 3] > 0
+        && ks[rank - 3] < qs[rank - 3]
+        && qs[rank - 3].is_multiple_of(ks[rank - 3])
+        && fit3(&qs[..rank - 3], &ks[..rank - 3], &vs[..rank - 3]);
+    let plain = sized && fit3(&qs[..rank - 2], &ks[..ks.len() - 2], &vs[..vs.len() - 2]);
+    if !(grouped || plain) {
+        let msg = format!(
+            "needs q [..., H, L, d], k [..., Hkv, S, d] and v [..., Hkv, S, dv] (Hkv dividing H, leading dims broadcasting), got {}, {} and {}",
+            q.spec(),
+            k.spec(),
+            v.spec()
+        );
+        return Err(Error::shape("scaled_dot_product_attention", msg));
+    }
+    if !(0.0..1.0).contains(&dropout) {
+        let msg = format!("dropout must be in [0, 1), got {dropout}");
+        return Err(Error::invalid("scaled_dot_product_attention", msg));
+    }
+    let (l, s, d, dv) = (qs[rank - 2], ks[ks.len() - 2], qs[rank - 1], vs[vs.len() - 1]);
+    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let dtype = q.dtype_of();
+    let compute = if matches!(dtype, DType::BF16 | DType::F16) { DType::F32 } else { dtype };
+    // Grouped, each key/value head serves its g query heads as g·L rows of one product: q
+    // `[..., Hkv, g·L, d]`, the scores `[..., Hkv, g, L, S]` (and a mask's head dim split so).
+    let (heads, kv) = if grouped { (qs[rank - 3], ks[rank - 3]) } else { (1, 1) };
+    let g = heads / kv;
+    // `x` with its dims from `from` on replaced by `tail`.
+    let retail = |x: &S, from: usize, tail: &[usize]| -> Result<S> {
+        let shape: Vec<isize> = x.shape_of()[..from].iter().chain(tail).map(|&n| n as isize).collect();
+        x.reshape(&shape)
+    };
+    let grouped_mask = |m: &S| -> Result<S> {
+        let (ms, r) = (m.shape_of(), m.rank_of());
+        if !grouped || r < 3 {
+            return Ok(m.clone());
+        }
+        let split = if ms[r - 3] == heads { [kv, g] } else { [1, 1] };
+        retail(m, r - 3, &[split[0], split[1], ms[r - 2], ms[r - 1]])
+    };
+    let rows = if grouped { retail(q, rank - 3, &[kv, g * l, d])? } else { q.clone() };
+    let mut scores = rows.matmul_transposed(k, false, true)?.to_dtype(compute)?.mul_scalar(scale)?;
+    if grouped {
+        scores = retail(&scores, rank - 2, &[g, l, s])?;
+    }
+    let mut keep: Option<S> = None;
+    if let Some(m) = mask {
+        if m.dtype_of() == DType::Bool {
+            keep = Some(grouped_mask(m)?);
+        } else {
+            scores = scores.add(&grouped_mask(&m.to_dtype(compute)?)?)?;
+        }
+    }
+    if causal {
+        let lower = q.full_at(&[l, s], 1.0, DType::Bool)?.tril(0)?;
+        keep = Some(match keep {
+            Some(m) => m.where_cond(&lower, &m)?, // m and lower
+            None => lower,
+        });
+    }
+    let neg_inf = scores.scalar_like(f64::NEG_INFINITY)?;
+    if let Some(m) = &keep {
+        scores = m.where_cond(&scores, &neg_inf)?;
+    }
+    // A row whose every score is -inf would give NaN (0/0): its max is taken as 0 and its sum
+    // as 1, so its weights and result are 0, as torch's.
+    let max = scores.max(&[-1], true)?;
+    let zero = max.scalar_like(0.0)?;
+    let max = max.eq(&neg_inf)?.where_cond(&zero, &max)?;
+    let e = scores.sub(&max)?.exp()?;
+    let sum = e.sum(&[-1], true)?;
+    let sum = sum.eq(&zero)?.where_cond(&sum.scalar_like(1.0)?, &sum)?;
+    let mut weights = e.div(&sum)?;
+    if dropout > 0.0 {
+        let u = S::random_on(Dist::Uniform, weights.shape_of(), compute, weights.device())?;
+        let kept = u.ge_scalar(dropout)?.to_dtype(compute)?;
+        weights = weights.mul(&kept)?.div_scalar(1.0 - dropout)?;
+    }
+    let weights = weights.to_dtype(dtype)?;
+    if !grouped {
+        return weights.matmul(v);
+    }
+    let out = retail(&weights, rank - 2, &[g * l, s])?.matmul(v)?;
+    retail(&out, rank - 3, &[heads, l, dv])
+}
 
 /// `f` on `x` computed in f32 when `x` is f16 or bf16, its result rounded once back to the
 /// half type (as torch computes softmax and the norms: statistics that each round in half

@@ -6,7 +6,6 @@ use crate::error::{Error, Result};
 use crate::shape::{Shape, Spec};
 
 use super::emit::{Emitter, Value};
-use super::reduce::ReduceOps;
 use super::{check_arity, none, one, Accepts, Grads, Op, OpDef, Operand};
 
 /// The scalar input broadcast to `shape` (zeros, ones, full).

@@ -13,7 +13,6 @@ use crate::shape::Spec;
 
 use super::create::CreateOps;
 use super::emit::{Emitter, Value};
-use super::reduce::ReduceOps;
 use super::GradReads;
 use super::{
     broadcast, broadcast_sources, check_arity, none, one, same_dtype, Accepts, AutocastList, DimSources,

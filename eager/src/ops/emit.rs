@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::dtype::DType;
-use crate::shape::Spec;
+use crate::shape::{reduced_shape, Spec};
 
 use super::Op;
 
@@ -88,8 +88,7 @@ impl Emitter {
     /// `reduce` of `x` over `dims` with the binary `combine` op and its identity `init`.
     pub(crate) fn reduce(&mut self, x: &Value, dims: &[usize], combine: &str, init: f64) -> Value {
         let init = self.constant(&Spec::new(&[], x.spec.dtype), init);
-        let out =
-            Spec { shape: super::reduce::reduced_shape(&x.spec.shape, dims, false), dtype: x.spec.dtype };
+        let out = Spec { shape: reduced_shape(&x.spec.shape, dims, false), dtype: x.spec.dtype };
         let attrs = format!("dimensions = {}", i64_array(dims));
         self.with_combine("stablehlo.reduce", &[x, &init], combine, &attrs, &out)
     }

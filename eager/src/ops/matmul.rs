@@ -11,7 +11,6 @@ use crate::shape::{Shape, Spec};
 
 use super::emit::{accumulator, list, Emitter, Value};
 use super::movement::MovementOps;
-use super::reduce::ReduceOps;
 use super::GradReads;
 use super::{
     broadcast, broadcast_sources, check_arity, same_dtype, Accepts, DimSources, Grads, Op, OpDef, Operand,

@@ -1,8 +1,10 @@
 //! Every op, defined once, one family per file. Each file holds its ops' whole story: the
 //! attributes, the shape/dtype rule, the StableHLO emission, the gradient rule, the methods
 //! that build it (written against `Operand`, which `Tensor` implements) and tests of the
-//! emitted text. This file keeps the [`Op`] enum (one line per op, see `ops!` below) and the
-//! one-line dispatch of each aspect; `emit` holds the emitter and the module template.
+//! emitted text. This file keeps the [`Op`] enum (one line per op, see `ops!` below), the
+//! one-line dispatch of each aspect and what the families share (`Operand`, with the sums
+//! the gradient rules of several families take, the checks, broadcasting); `emit` holds the
+//! emitter and the module template.
 //!
 //! The cache keys on [`Op`] values, the profiler prints [`Op::name`], autograd only calls
 //! `Op::backward` and compiled functions emit each traced op with its own emission: nothing
@@ -44,9 +46,11 @@ use emit::Value;
 pub(crate) use index::IndexCheck;
 pub use index::{Gather, IndexSelect, ScatterAdd};
 pub use matmul::Matmul;
+use movement::MovementOps;
 pub use movement::{BroadcastTo, Concat, Pad, Permute, Reshape, Slice};
 pub use pool::{MaxPoolGrad, Pool, PoolKind};
 pub use random::{Dist, Random};
+use reduce::ReduceOps;
 pub use reduce::{Reduce, ReduceKind};
 pub use scan::{Scan, ScanKind};
 pub use shard::Shard;
@@ -438,6 +442,32 @@ pub(crate) trait Operand: Clone + Sized {
             return Err(Error::invalid(op, format!("dims {dims:?} repeat a dim")));
         }
         Ok(out)
+    }
+
+    // The two sums the gradient rules of several families take (`full`'s, every broadcasting
+    // op's): here, on what every family builds on, so that no family names `reduce` for them
+    // (`reduce`'s own rule names `elementwise` and `movement`); the gradient rules' recursion
+    // closes in this file, not among the families' files.
+
+    /// Sum of all elements, as a 0-d operand (a 0-d operand is its own): `full`'s gradient,
+    /// and `Tensor::sum_all`.
+    fn sum_all(&self) -> Result<Self> {
+        self.sum(&[], false)
+    }
+    /// Sums down to `shape`, undoing NumPy broadcasting (leading dims and dims of size 1):
+    /// the gradient of every broadcasting op.
+    fn sum_to(&self, shape: &[usize]) -> Result<Self> {
+        let own = self.shape_of();
+        if own == shape {
+            return Ok(self.clone());
+        }
+        let lead = own.len() - shape.len();
+        let dims: Vec<isize> = (0..own.len())
+            .filter(|&d| d < lead || (shape[d - lead] == 1 && own[d] != 1))
+            .map(|d| d as isize)
+            .collect();
+        let summed = if dims.is_empty() { self.clone() } else { self.sum(&dims, true)? };
+        summed.reshape(&signed(shape))
     }
 }
 

@@ -9,13 +9,13 @@ use std::fmt::Write as _;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::shape::{Shape, Spec};
+use crate::shape::{reduced_shape, Spec};
 
 use super::elementwise::ElementwiseOps;
 use super::emit::{accumulator, i64_array, Emitter, Value};
 use super::movement::MovementOps;
 use super::GradReads;
-use super::{check_arity, none, one, signed, Accepts, DimSources, Dims, Grads, Op, OpDef, Operand};
+use super::{check_arity, none, one, Accepts, DimSources, Dims, Grads, Op, OpDef, Operand};
 
 /// What a reduction computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -194,19 +194,6 @@ impl OpDef for Reduce {
     }
 }
 
-/// Shape after reducing `dims` (kept as size 1 with `keepdim`).
-pub(crate) fn reduced_shape(shape: &[usize], dims: &[usize], keepdim: bool) -> Shape {
-    shape
-        .iter()
-        .enumerate()
-        .filter_map(|(d, &s)| match (dims.contains(&d), keepdim) {
-            (false, _) => Some(s),
-            (true, true) => Some(1),
-            (true, false) => None,
-        })
-        .collect()
-}
-
 /// The identity of `max`: -inf for floats, the smallest value for ints.
 fn lowest(d: DType) -> f64 {
     match d {
@@ -322,9 +309,6 @@ pub(crate) trait ReduceOps: Operand {
     fn min(&self, dims: &[isize], keepdim: bool) -> Result<Self> {
         self.reduce(ReduceKind::Min, dims, keepdim)
     }
-    fn sum_all(&self) -> Result<Self> {
-        self.sum(&[], false)
-    }
     fn mean_all(&self) -> Result<Self> {
         self.mean(&[], false)
     }
@@ -342,22 +326,6 @@ pub(crate) trait ReduceOps: Operand {
                 }
             }
         }
-    }
-
-    /// Sums down to `shape`, undoing NumPy broadcasting (leading dims and dims of size 1):
-    /// the gradient of every broadcasting op.
-    fn sum_to(&self, shape: &[usize]) -> Result<Self> {
-        let own = self.shape_of();
-        if own == shape {
-            return Ok(self.clone());
-        }
-        let lead = own.len() - shape.len();
-        let dims: Vec<isize> = (0..own.len())
-            .filter(|&d| d < lead || (shape[d - lead] == 1 && own[d] != 1))
-            .map(|d| d as isize)
-            .collect();
-        let summed = if dims.is_empty() { self.clone() } else { self.sum(&dims, true)? };
-        summed.reshape(&signed(shape))
     }
 }
 

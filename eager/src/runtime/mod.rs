@@ -4,14 +4,18 @@
 //! the host. It knows buffers and specs, not tensors: `tensor::dispatch` wraps what it makes.
 //!
 //! Its rooms: `start` (runtimes, defaults, random state, the interrupt flag), `completion`
-//! (readiness, failures, index checks, `synchronize`), `fetch` (executables from memory, disk
-//! or compile; fetch-ahead; running compiles), `tiers` (background promotion to the optimized
-//! tier, the exit guard), `execute` (launches and their booking), `transfer` (uploads,
-//! downloads, copies). Everything outside uses the names re-exported here.
+//! (readiness, failures, index checks, `synchronize`), `program` (one key's program at one
+//! tier: text, options, load or compile), `fetch` (executables from memory, disk or compile;
+//! fetch-ahead; running compiles), `tiers` (background promotion to the optimized tier),
+//! `exit` (the exit guard that stops the background work), `execute` (launches and their
+//! booking), `transfer` (uploads, downloads, copies). Everything outside uses the names
+//! re-exported here.
 
 mod completion;
 mod execute;
+mod exit;
 mod fetch;
+mod program;
 mod start;
 mod tiers;
 mod transfer;

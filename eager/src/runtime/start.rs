@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
 
-use super::tiers::{guard_exit, hook_exit};
+use super::exit::{at_exit_stop_loads, guard_exit, hook_exit};
 use crate::device::{Device, DeviceKind};
 use crate::disk_cache::DiskCache;
 use crate::error::{Error, Result};
@@ -125,6 +125,7 @@ pub fn runtime(kind: DeviceKind) -> Result<Arc<Runtime>> {
     if let Some(r) = lock(&g.runtimes).get(&kind) {
         return Ok(r.clone());
     }
+    at_exit_stop_loads(stop_loads);
     guard_exit();
     let explicit = lock(&g.plugin_paths).get(&kind).cloned();
     // XLA logs an INFO line per SPMD compile ("Using Shardy ..."): noise in a REPL. Warnings
@@ -173,6 +174,13 @@ fn warm_matmul(client: &Arc<Client>) -> pjrt::Result<()> {
 /// The persistent caches of the runtimes started.
 pub(super) fn disk_caches() -> Vec<Arc<DiskCache>> {
     lock(&state().runtimes).values().filter_map(|r| r.disk.clone()).collect()
+}
+
+/// Stops the warm start's loads of the runtimes started (at exit: see `exit`).
+fn stop_loads() {
+    for d in disk_caches() {
+        d.stop_preloading();
+    }
 }
 
 /// Executables the warm start (`EAGER_PRELOAD=1`, see [`crate::disk_cache`]) loaded that no op

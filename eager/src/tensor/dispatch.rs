@@ -1,5 +1,7 @@
-//! Where a tensor meets the runtime: [`dispatch`] runs one op now (trace → autograd →
-//! execute → wrap), transfers wrap buffers as tensors, and scalars are uploaded once per value.
+//! Where a tensor meets the runtime on one device: [`dispatch_all`] runs one op there now
+//! (execute → wrap), transfers wrap buffers as tensors, and scalars are uploaded once per
+//! value. The way in, [`dispatch`](super::dispatch) (trace → autograd → a mesh or one device,
+//! ending here), is the parent's: `trace` and `sharded` run ops here and come back through it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,32 +19,6 @@ use crate::shape::Spec;
 use crate::shared::{lock, Shared};
 
 use super::Tensor;
-
-/// Runs `op` on `inputs` now: the result comes back at once, computed asynchronously (reads
-/// wait for it). Inside a compiled function being traced, records the op instead; with inputs
-/// that track gradients, records its autograd node. `device` places an op without inputs.
-pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
-    // Autocast: the inputs cast as the op's list says (the casts are ops of their own, with
-    // gradients), then the op on them; what a trace or a fused region records includes them.
-    if let Some(low) = crate::autocast::autocast_dtype() {
-        if let Some(cast) = crate::ops::autocast_inputs(op.autocast_list(), low, inputs)? {
-            let refs: SmallVec<[&Tensor; 3]> = cast.iter().collect();
-            return dispatch(op, &refs, device);
-        }
-    }
-    if inputs.iter().any(|t| t.trace_ref().is_some()) {
-        return super::trace::record_op(op, inputs);
-    }
-    if let Some(recorded) = super::trace::record_fused(&op, inputs, device) {
-        return recorded;
-    }
-    let node = super::grad::record(&op, inputs);
-    if inputs.iter().any(|t| t.shards().is_some()) {
-        return Ok(super::sharded::dispatch_partitioned(op, inputs)?.with_node(node));
-    }
-    let mut outs = dispatch_all(op, inputs, device)?;
-    Ok(outs.swap_remove(0).with_node(node))
-}
 
 /// [`dispatch`] for ops with any number of outputs (a compiled function's call).
 pub(crate) fn dispatch_all(
@@ -103,15 +79,6 @@ pub fn lookup_only(op: Op, inputs: &[&Tensor]) -> bool {
     crate::cache::cache().lookup(&key).is_some()
 }
 
-/// A fresh `u64[2]` random state on `device` (inside a trace: a parameter drawn per call).
-pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
-    if let Some(t) = super::trace::traced_rng_state(device) {
-        return Ok(t);
-    }
-    let state = runtime::next_rng_state();
-    upload(crate::dtype::as_bytes(&state), Spec::new(&[2], DType::U64), device)
-}
-
 /// Copies host bytes (dense, row-major, of `spec`) to `device` as a tensor.
 pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor> {
     let (buffer, rt) = runtime::upload(bytes, &spec, device)?;
@@ -120,7 +87,7 @@ pub(crate) fn upload(bytes: &[u8], spec: Spec, device: Device) -> Result<Tensor>
 
 impl Tensor {
     /// This tensor as a buffer to read (see [`runtime::Source`]).
-    fn with_source<T>(&self, f: impl FnOnce(&Source) -> Result<T>) -> Result<T> {
+    pub(super) fn with_source<T>(&self, f: impl FnOnce(&Source) -> Result<T>) -> Result<T> {
         let describe = || self.describe();
         let src = Source {
             buffer: self.buffer()?,
@@ -133,21 +100,13 @@ impl Tensor {
     }
 }
 
-/// A tensor's bytes on the host (waiting for the op that makes it).
-pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
-    if let Some(shards) = t.shards() {
-        return super::sharded::gather(t, shards);
-    }
-    t.with_source(runtime::download)
-}
-
 /// Copies a tensor to another device (same plugin: device to device; else through the host).
 pub(crate) fn copy_to(t: &Tensor, device: Device) -> Result<Tensor> {
     if device == t.device() && t.shards().is_none() {
         return Ok(t.clone());
     }
     if device.kind != t.device().kind || t.shards().is_some() {
-        let bytes = download(t)?;
+        let bytes = super::download(t)?;
         return upload(&bytes, t.spec().clone(), device);
     }
     let rt = t.runtime().clone();

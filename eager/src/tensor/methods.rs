@@ -13,6 +13,7 @@ use crate::ops::pool::PoolOps;
 use crate::ops::reduce::{ReduceKind, ReduceOps};
 use crate::ops::scan::ScanOps;
 use crate::ops::sort::SortOps;
+use crate::ops::Operand;
 
 use super::Tensor;
 
@@ -164,7 +165,7 @@ forward! {
     /// (XLA's `dot_general` contracts any dim). A 1-D operand is never transposed.
     matmul_transposed(other: &Tensor, lhs_t: bool, rhs_t: bool) => MatmulOps;
 
-    // ----- reductions (ops/reduce.rs) ----------------------------------------------------------
+    // ----- reductions (ops/reduce.rs; `sum_all` is `Operand`'s, in ops/mod.rs) ---------------
     /// Sum over `dims` (all dims if empty). f16 and bf16 accumulate in f32 and round once, as
     /// torch and JAX do; integer sums wrap on overflow and keep the dtype (torch gives i64).
     sum(dims: &[isize], keepdim: bool) => ReduceOps;
@@ -176,7 +177,7 @@ forward! {
     /// Smallest value over `dims`; NaN propagates, as for [`Tensor::max`].
     min(dims: &[isize], keepdim: bool) => ReduceOps;
     /// Sum of all elements, as a 0-d tensor.
-    sum_all() => ReduceOps;
+    sum_all() => Operand;
     /// Mean of all elements, as a 0-d tensor.
     mean_all() => ReduceOps;
 

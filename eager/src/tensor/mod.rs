@@ -2,10 +2,13 @@
 //! last drop). Every op method builds an [`Op`] through its family's
 //! builder in `ops/` (`Tensor` is their `Operand`) and dispatches it at once.
 //!
-//! By topic: this file (the type and its plumbing), `create` (constructors), `methods` (the op
-//! methods), `read` (values back to the host), `operators` (`+ - * /`), `display`, `grad`
-//! (autograd state, `no_grad` scopes: what dispatch consults to record gradients), `trace`
-//! (the recording of ops for compiled functions, fused regions and fetching ahead).
+//! By topic: this file (the type and its plumbing, and the ways in that every op, random state
+//! and read takes: [`dispatch`], to a trace, a mesh or one device), `create` (constructors),
+//! `methods` (the op methods), `read` (values back to the host), `operators` (`+ - * /`),
+//! `display`, `grad` (autograd state, `no_grad` scopes: what dispatch consults to record
+//! gradients), `trace` (the recording of ops for compiled functions, fused regions and
+//! fetching ahead), `sharded` (tensors split over a mesh), `dispatch` (one op on one device,
+//! transfers, scalars).
 
 mod collective;
 mod create;
@@ -19,7 +22,7 @@ pub(crate) mod sharded;
 pub(crate) mod trace;
 
 pub use collective::Reduction;
-pub use dispatch::{dispatch, executable_for, lookup_only};
+pub use dispatch::{executable_for, lookup_only};
 
 use std::sync::{Arc, OnceLock};
 
@@ -318,7 +321,7 @@ impl Operand for Tensor {
     }
     #[inline]
     fn apply(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
-        dispatch::dispatch(op, inputs, device)
+        dispatch(op, inputs, device)
     }
     fn scalar_on(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         dispatch::scalar(value, dtype, device)
@@ -330,7 +333,7 @@ impl Operand for Tensor {
         }
     }
     fn rng_state(device: Device) -> Result<Tensor> {
-        dispatch::rng_state_tensor(device)
+        rng_state_tensor(device)
     }
     fn host_bounds(&self) -> Option<(i64, i64)> {
         self.settled().host_bounds
@@ -342,4 +345,52 @@ impl Operand for Tensor {
     fn is_traced(&self) -> bool {
         self.trace_ref().is_some() && self.inner.lazy.is_none()
     }
+}
+
+// The ways in: every op, random state and read takes one of these, which send it to a trace
+// (`trace`), a mesh (`sharded`) or one device (`dispatch`). They live here, above those rooms,
+// because those rooms come back through them (a resharding is an op, a fused region's random
+// state is drawn like any other, a tensor gathered from another mesh is read like any other).
+
+/// Runs `op` on `inputs` now: the result comes back at once, computed asynchronously (reads
+/// wait for it). Inside a compiled function being traced, records the op instead; with inputs
+/// that track gradients, records its autograd node. `device` places an op without inputs.
+pub fn dispatch(op: Op, inputs: &[&Tensor], device: Option<Device>) -> Result<Tensor> {
+    // Autocast: the inputs cast as the op's list says (the casts are ops of their own, with
+    // gradients), then the op on them; what a trace or a fused region records includes them.
+    if let Some(low) = crate::autocast::autocast_dtype() {
+        if let Some(cast) = crate::ops::autocast_inputs(op.autocast_list(), low, inputs)? {
+            let refs: smallvec::SmallVec<[&Tensor; 3]> = cast.iter().collect();
+            return dispatch(op, &refs, device);
+        }
+    }
+    if inputs.iter().any(|t| t.trace_ref().is_some()) {
+        return trace::record_op(op, inputs);
+    }
+    if let Some(recorded) = trace::record_fused(&op, inputs, device) {
+        return recorded;
+    }
+    let node = grad::record(&op, inputs);
+    if inputs.iter().any(|t| t.shards().is_some()) {
+        return Ok(sharded::dispatch_partitioned(op, inputs)?.with_node(node));
+    }
+    let mut outs = dispatch::dispatch_all(op, inputs, device)?;
+    Ok(outs.swap_remove(0).with_node(node))
+}
+
+/// A fresh `u64[2]` random state on `device` (inside a trace: a parameter drawn per call).
+pub(crate) fn rng_state_tensor(device: Device) -> Result<Tensor> {
+    if let Some(t) = trace::traced_rng_state(device) {
+        return Ok(t);
+    }
+    let state = crate::runtime::next_rng_state();
+    dispatch::upload(crate::dtype::as_bytes(&state), Spec::new(&[2], DType::U64), device)
+}
+
+/// A tensor's bytes on the host (waiting for the op that makes it).
+pub(crate) fn download(t: &Tensor) -> Result<Vec<u8>> {
+    if let Some(shards) = t.shards() {
+        return sharded::gather(t, shards);
+    }
+    t.with_source(crate::runtime::download)
 }

@@ -29,19 +29,19 @@ impl Tensor {
                 ),
             ));
         }
-        let bytes = super::dispatch::download(self)?;
+        let bytes = super::download(self)?;
         Ok(decode(&bytes))
     }
 
     /// The values' bytes, row-major in the host's byte order, whatever the dtype (the inverse
     /// of [`Tensor::from_bytes_on`]; what a safetensors file stores).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        super::dispatch::download(self)
+        super::download(self)
     }
 
     /// The values as `f64`, whatever the dtype.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        let bytes = super::dispatch::download(self)?;
+        let bytes = super::download(self)?;
         Ok(decode_f64(&bytes, self.dtype()))
     }
 

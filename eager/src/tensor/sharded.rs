@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 use crate::cache::{OpKey, Partitioned};
 use crate::error::{Error, Result};
-use crate::mesh::{Mesh, PartitionSpec, Sharding};
+use crate::mesh::{result_spec, Mesh, PartitionSpec, Sharding};
 use crate::ops::{Op, Shard};
 use crate::pjrt::Buffer;
 use crate::profiler::OpInfo;
@@ -79,7 +79,7 @@ impl Tensor {
             // Inside a compiled function: a constraint the partitioner follows, always
             // written (what eager knows of a traced value's split is its own rule's guess).
             super::trace::use_mesh(mesh, "shard")?;
-            return super::dispatch::dispatch(pin(), &[self], None);
+            return super::dispatch(pin(), &[self], None);
         }
         if self.sharding() == Some(&sharding) {
             return Ok(self.clone());
@@ -87,9 +87,9 @@ impl Tensor {
         if self.sharding().is_some_and(|s| s.mesh() == mesh) {
             // Another split on the same mesh: one SPMD program moves the blocks between
             // devices (nothing goes to the host).
-            return Ok(super::dispatch::dispatch(pin(), &[self], None)?.with_host_bounds(self.host_bounds()));
+            return Ok(super::dispatch(pin(), &[self], None)?.with_host_bounds(self.host_bounds()));
         }
-        let whole = super::dispatch::download(self)?;
+        let whole = super::download(self)?;
         let elem = self.dtype().size_in_bytes();
         let block = Spec::new(&sharding.shard_shape(self.shape()), self.dtype());
         let mut buffers = Vec::with_capacity(mesh.size());
@@ -272,30 +272,4 @@ pub(crate) fn dispatch_partitioned_all(
             Tensor::from_shards(buffers, spec, sharding, rt.clone(), Some(info.clone()), completion.clone())
         })
         .collect())
-}
-
-/// The result's split: the op's own ([`Op::result_axes`]) if it fixes one; else each output
-/// dim takes the mesh axes of the first of its source dims that has some none of the other
-/// output dims took already.
-pub(crate) fn result_spec(op: &Op, inputs: &[Spec], shardings: &[&Sharding], output: &Spec) -> PartitionSpec {
-    if let Some(axes) = op.result_axes() {
-        return PartitionSpec::from_dims(axes.to_vec());
-    }
-    let mut used: Vec<&str> = Vec::new();
-    let mut dims = Vec::with_capacity(output.rank());
-    for sources in op.dim_sources(inputs, output) {
-        let j = dims.len();
-        let axes = sources
-            .iter()
-            .map(|&(i, d)| (shardings[i].spec().axes_of(d), shardings[i].parts(d)))
-            .find(|(axes, parts)| {
-                !axes.is_empty()
-                    && axes.iter().all(|a| !used.contains(&a.as_str()))
-                    && output.shape[j].is_multiple_of(*parts)
-            })
-            .map_or(&[][..], |(axes, _)| axes);
-        used.extend(axes.iter().map(String::as_str));
-        dims.push(axes.to_vec());
-    }
-    PartitionSpec::from_dims(dims)
 }

@@ -349,7 +349,7 @@ impl Drawing for Comparison {
         let captions = n * 2 * CAPTION_LINE + 10;
         let timelines = 2 * (HEADING + n * LANE + AXIS);
         let totals = HEADING + n * (bars * BAR + 14) + AXIS;
-        (1200, (header + captions + timelines + totals).clamp(400, super::MAX_SIDE))
+        (1200, (header + captions + timelines + totals).clamp(400, crate::error::MAX_SIDE))
     }
 
     fn draw_on<DB: DrawingBackend>(&self, root: &Area<DB>, look: &Look) -> DrawResult<(), DB> {

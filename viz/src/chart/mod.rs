@@ -18,7 +18,7 @@ pub use summary::RunSummary;
 
 use plotters::prelude::*;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, MAX_SIDE, MIN_SIZE};
 use crate::profile::Profile;
 use crate::style::{fonts, Area, DrawResult, Look};
 
@@ -68,11 +68,6 @@ macro_rules! outputs {
     };
 }
 pub(crate) use outputs;
-
-/// Smallest chart drawn: below it labels cannot be kept apart.
-pub(crate) const MIN_SIZE: (u32, u32) = (320, 200);
-/// Largest side, in pixels.
-pub(crate) const MAX_SIDE: u32 = 16_384;
 
 /// Which view of the profile a [`Chart`] draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

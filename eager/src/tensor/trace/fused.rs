@@ -153,7 +153,7 @@ fn run_fused(rec: Recording) {
             .iter()
             .map(|s| match s {
                 Source::Captured(c) => Ok(c.clone()),
-                Source::Rng => crate::tensor::dispatch::rng_state_tensor(rec.device),
+                Source::Rng => crate::tensor::rng_state_tensor(rec.device),
                 Source::Arg(_) | Source::Var(_) => unreachable!("a fused region reads no arguments or Vars"),
             })
             .collect::<Result<_>>()?;

@@ -241,7 +241,7 @@ impl Recording {
         let specs: SmallVec<[Spec; 3]> = inputs.iter().map(|&v| self.values[v].1.clone()).collect();
         let shardings: SmallVec<[&Sharding; 3]> =
             inputs.iter().map(|&v| self.splits[v].as_ref().unwrap_or(&whole)).collect();
-        let spec = super::sharded::result_spec(op, &specs, &shardings, output);
+        let spec = crate::mesh::result_spec(op, &specs, &shardings, output);
         Ok(Some(Sharding::new(mesh, &spec, &output.shape)?))
     }
 
