@@ -11,7 +11,9 @@ use crate::bert::Bert;
 use crate::config::Config;
 use crate::generate::CausalLm;
 use crate::gpt2::Gpt2;
+use crate::gpt_neox::GptNeoX;
 use crate::llama::Llama;
+use crate::qwen3;
 use crate::weights::Weights;
 use crate::{ModelError, Result};
 
@@ -19,14 +21,16 @@ use crate::{ModelError, Result};
 pub enum AutoModel {
     /// GPT-2 (`model_type` `gpt2`).
     Gpt2(Gpt2),
-    /// Llama, Mistral and Qwen2.
+    /// Llama, Mistral, Qwen2 and Qwen3 (with per-head query/key norms).
     Llama(Llama),
+    /// GPT-NeoX (`model_type` `gpt_neox`: Pythia, GPT-NeoX-20B).
+    GptNeoX(GptNeoX),
     /// BERT's encoder (`model_type` `bert`).
     Bert(Bert),
 }
 
 /// The `model_type`s that load, and the family each belongs to.
-pub const SUPPORTED: &[&str] = &["gpt2", "llama", "mistral", "qwen2", "bert"];
+pub const SUPPORTED: &[&str] = &["gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "bert"];
 
 impl AutoModel {
     /// Loads the checkpoint in `dir` onto `device`, in `dtype` (cast on load) or, with `None`,
@@ -53,6 +57,8 @@ impl AutoModel {
         Ok(match config.model_type.as_str() {
             "gpt2" => AutoModel::Gpt2(Gpt2::load(&config, &weights, dtype, device)?),
             "bert" => AutoModel::Bert(Bert::load(&config, &weights, dtype, device)?),
+            "qwen3" => AutoModel::Llama(qwen3::load(&config, &weights, dtype, device)?),
+            "gpt_neox" => AutoModel::GptNeoX(GptNeoX::load(&config, &weights, dtype, device)?),
             _ => AutoModel::Llama(Llama::load(&config, &weights, dtype, device)?),
         })
     }
@@ -62,6 +68,7 @@ impl AutoModel {
         match self {
             AutoModel::Gpt2(m) => &m.config,
             AutoModel::Llama(m) => &m.config,
+            AutoModel::GptNeoX(m) => &m.config,
             AutoModel::Bert(m) => &m.config,
         }
     }
@@ -71,6 +78,7 @@ impl AutoModel {
         match self {
             AutoModel::Gpt2(m) => Ok(m),
             AutoModel::Llama(m) => Ok(m),
+            AutoModel::GptNeoX(m) => Ok(m),
             AutoModel::Bert(_) => {
                 Err(ModelError::Unsupported("BERT is an encoder: it does not generate".into()))
             }
@@ -82,6 +90,7 @@ impl AutoModel {
         match self {
             AutoModel::Gpt2(m) => m,
             AutoModel::Llama(m) => m,
+            AutoModel::GptNeoX(m) => m,
             AutoModel::Bert(m) => m,
         }
     }

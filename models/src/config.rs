@@ -15,7 +15,7 @@ use crate::{io_error, ModelError, Result};
 /// The fields the architectures here read; `raw` keeps the whole file (saved back as it was).
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `model_type` (`gpt2`, `llama`, `mistral`, `qwen2`, `bert`).
+    /// `model_type` (`gpt2`, `gpt_neox`, `llama`, `mistral`, `qwen2`, `qwen3`, `bert`).
     pub model_type: String,
     /// `architectures` (`LlamaForCausalLM`, …).
     pub architectures: Vec<String>,
@@ -49,6 +49,8 @@ pub struct Config {
     pub o_bias: bool,
     /// Bias on the MLP's projections (Llama's `mlp_bias`).
     pub mlp_bias: bool,
+    /// RMSNorm on each query and key head before rotary (Qwen3's `q_norm` and `k_norm`).
+    pub qk_norm: bool,
     /// The MLP's activation (`silu`, `gelu_new`, `gelu`, …; GPT-2's `activation_function`).
     pub hidden_act: String,
     /// Segment vocabulary size (BERT's `type_vocab_size`).
@@ -133,7 +135,7 @@ impl Config {
             }
         };
         let attention_bias = get(&["attention_bias"]).and_then(Value::as_bool).unwrap_or(false);
-        Ok(Config {
+        let mut config = Config {
             vocab_size: need(&["vocab_size"])?,
             hidden_size,
             num_hidden_layers: need(&["num_hidden_layers", "n_layer"])?,
@@ -152,6 +154,7 @@ impl Config {
             qkv_bias: model_type == "qwen2" || attention_bias,
             o_bias: attention_bias,
             mlp_bias: get(&["mlp_bias"]).and_then(Value::as_bool).unwrap_or(false),
+            qk_norm: false,
             hidden_act: get(&["hidden_act", "activation_function"])
                 .and_then(Value::as_str)
                 .unwrap_or("silu")
@@ -164,7 +167,14 @@ impl Config {
             model_type,
             architectures,
             raw,
-        })
+        };
+        // A family whose config differs from Llama's reads its own fields and defaults.
+        match config.model_type.as_str() {
+            "qwen3" => crate::qwen3::read_config(&mut config),
+            "gpt_neox" => crate::gpt_neox::read_config(&mut config),
+            _ => {}
+        }
+        Ok(config)
     }
 }
 

@@ -82,6 +82,28 @@ pub trait CausalLm {
     }
 }
 
+/// What [`CausalLm::prepare_inference`] does for a model: none of its parameters takes
+/// gradients any more, and on the CPU its `projections` (the few-row products of a decode
+/// step) are stored transposed, the layout the CPU's GEMM reads fastest; other devices choose
+/// their own layouts.
+pub fn prepare_for_inference(
+    model: &dyn eager::nn::Module,
+    projections: &[&eager::nn::Linear],
+) -> Result<()> {
+    for (_, v) in model.named_parameters() {
+        if v.is_parameter() {
+            v.set_requires_grad(false)?;
+        }
+    }
+    if projections.first().is_some_and(|p| p.weight.get().device().kind != eager::DeviceKind::Cpu) {
+        return Ok(());
+    }
+    for p in projections {
+        p.weight.store_transposed()?;
+    }
+    Ok(())
+}
+
 /// Bool `[B, 1, T, S]`: query `i` (at slot `start + i`) sees slot `p` when `p <= start + i`
 /// and `key_valid[b, p]` (`[B, S]`, false at padding).
 pub fn step_mask(key_valid: &Tensor, start: &Tensor, t: usize) -> Result<Tensor> {

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Map: [`config`] (both config formats) and [`weights`] (mapped safetensors) → [`gpt2`],
-//! [`llama`], [`bert`] → [`auto`] → [`generate`], [`save`]; [`tokenizer`] stands apart.
+//! [`gpt_neox`], [`llama`] (and [`qwen3`] on it), [`bert`] → [`auto`] → [`generate`], [`save`]; [`tokenizer`] stands apart.
 
 #![warn(missing_docs)]
 
@@ -24,7 +24,9 @@ pub mod bert;
 pub mod config;
 pub mod generate;
 pub mod gpt2;
+pub mod gpt_neox;
 pub mod llama;
+pub mod qwen3;
 pub mod save;
 pub mod tokenizer;
 pub mod weights;

@@ -1,7 +1,9 @@
-//! Llama, and the architectures that share its layout: Mistral (no biases) and Qwen2 (biases
-//! on q, k and v). RMSNorm, rotary embeddings (`rope_theta`, `default`/`linear`/`llama3`
-//! scaling), a SwiGLU MLP, grouped- or multi-query attention, tied or untied embeddings.
-//! Parameters keep transformers' names (`model.layers.0.self_attn.q_proj.weight`, …).
+//! Llama, and the architectures that share its layout: Mistral (no biases), Qwen2 (biases
+//! on q, k and v) and Qwen3 (an RMSNorm on each query and key head, `Config::qk_norm`; its
+//! config is read by [`crate::qwen3`]). RMSNorm, rotary embeddings (`rope_theta`,
+//! `default`/`linear`/`llama3` scaling), a SwiGLU MLP, grouped- or multi-query attention,
+//! tied or untied embeddings. Parameters keep transformers' names
+//! (`model.layers.0.self_attn.q_proj.weight`, `…self_attn.q_norm.weight`, …).
 
 use eager::nn::{
     Embedding, GroupedQueryAttention, Linear, Module, RmsNorm, RotaryEmbedding, StaticKvCache, SwiGlu,
@@ -9,7 +11,7 @@ use eager::nn::{
 use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
-use crate::generate::CausalLm;
+use crate::generate::{prepare_for_inference, CausalLm};
 use crate::weights::Weights;
 use crate::{ModelError, Result};
 
@@ -25,7 +27,7 @@ pub struct LlamaLayer {
     pub mlp: SwiGlu,
 }
 
-/// Llama, and the architectures built the same way (Mistral, Qwen2): embeddings, decoder layers, a final RMSNorm, the output head.
+/// Llama, and the architectures built the same way (Mistral, Qwen2, Qwen3): embeddings, decoder layers, a final RMSNorm, the output head.
 pub struct Llama {
     /// The checkpoint's configuration.
     pub config: Config,
@@ -74,9 +76,12 @@ impl Llama {
             let bias = if bias { Some(param(&format!("{name}.bias"), &[out])?) } else { None };
             Ok(Linear { weight, bias })
         };
-        let norm = |name: &str| -> Result<RmsNorm> {
-            Ok(RmsNorm { weight: param(&format!("{name}.weight"), &[h])?, eps: cfg.norm_eps })
+        let norm_of = |name: &str, dim: usize| -> Result<RmsNorm> {
+            Ok(RmsNorm { weight: param(&format!("{name}.weight"), &[dim])?, eps: cfg.norm_eps })
         };
+        let norm = |name: &str| norm_of(name, h);
+        let head_norm =
+            |name: &str| -> Result<Option<RmsNorm>> { cfg.qk_norm.then(|| norm_of(name, hd)).transpose() };
         let embed_tokens = Embedding { weight: param("model.embed_tokens.weight", &[cfg.vocab_size, h])? };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
@@ -91,6 +96,8 @@ impl Llama {
                     heads: cfg.num_attention_heads,
                     kv_heads: cfg.num_key_value_heads,
                     head_dim: hd,
+                    q_norm: head_norm(&format!("{p}.self_attn.q_norm"))?,
+                    k_norm: head_norm(&format!("{p}.self_attn.k_norm"))?,
                 },
                 post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm"))?,
                 mlp: SwiGlu {
@@ -146,6 +153,8 @@ impl Llama {
                         heads: cfg.num_attention_heads,
                         kv_heads: cfg.num_key_value_heads,
                         head_dim: hd,
+                        q_norm: cfg.qk_norm.then(|| RmsNorm::new(hd, cfg.norm_eps, dtype)).transpose()?,
+                        k_norm: cfg.qk_norm.then(|| RmsNorm::new(hd, cfg.norm_eps, dtype)).transpose()?,
                     },
                     post_attention_layernorm: RmsNorm::new(h, cfg.norm_eps, dtype)?,
                     mlp: SwiGlu {
@@ -180,16 +189,6 @@ impl CausalLm for Llama {
     }
 
     fn prepare_inference(&self) -> Result<()> {
-        for (_, v) in self.named_parameters() {
-            if v.is_parameter() {
-                v.set_requires_grad(false)?;
-            }
-        }
-        // Rows times a transposed weight is the CPU's slow GEMM path; other devices choose
-        // their own layouts.
-        if self.lm_head.weight.get().device().kind != eager::DeviceKind::Cpu {
-            return Ok(());
-        }
         let mut projections: Vec<&Linear> = Vec::new();
         for l in &self.layers {
             let (a, m) = (&l.self_attn, &l.mlp);
@@ -207,10 +206,7 @@ impl CausalLm for Llama {
         if !self.lm_head.weight.ptr_eq(&self.embed_tokens.weight) {
             projections.push(&self.lm_head);
         }
-        for p in projections {
-            p.weight.store_transposed()?;
-        }
-        Ok(())
+        prepare_for_inference(self, &projections)
     }
 
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>> {
@@ -278,9 +274,10 @@ impl Module for Llama {
         let mut v = vec![("model.embed_tokens.weight".to_string(), self.embed_tokens.weight.clone())];
         for (i, l) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
+            let attn = l.self_attn.named_parameters();
             let sub = [
                 ("input_layernorm", l.input_layernorm.named_parameters()),
-                ("self_attn", l.self_attn.named_parameters()),
+                ("self_attn", attn),
                 ("post_attention_layernorm", l.post_attention_layernorm.named_parameters()),
                 ("mlp", l.mlp.named_parameters()),
             ];

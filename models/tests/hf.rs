@@ -96,6 +96,82 @@ fn qwen2_mqa_linear_rope_biases_matches() {
     check_causal("qwen2", None, 1e-4, true);
 }
 
+fn shapes(dir: &Path) -> std::collections::BTreeMap<String, Vec<usize>> {
+    eager_models::weights::Weights::open(dir).unwrap().shapes()
+}
+
+/// `save_pretrained` of a model loaded from fixture `name` writes its tensors' names and shapes.
+fn assert_saves_same_names(model: &AutoModel, name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    eager_models::save::save_pretrained(model.module(), model.config(), dir.path(), Some(&fixture(name)))
+        .unwrap();
+    assert_eq!(shapes(&fixture(name)), shapes(dir.path()), "{name}: the same Hugging Face names and shapes");
+}
+
+/// Qwen3: per-head q/k norms (their weights randomised), an explicit `head_dim` unlike
+/// hidden / heads, grouped queries, an untied head; cast to bf16 on load it stays close; its
+/// state_dict saves back under the same names; readied by `prepare_inference` it generates the
+/// same tokens; sliding-window attention is refused.
+#[test]
+fn qwen3_qk_norm_explicit_head_dim_matches() {
+    check_causal("qwen3", None, 1e-4, true);
+    let model = load(&fixture("qwen3"), None);
+    assert_eq!(model.config().head_dim, 16);
+    let prompt = ids_of(&refs("qwen3")["prompt_ids"]);
+    let reference = npy(fixture("qwen3").join("ref_logits.npy"));
+    let err = rel_err(&prompt_logits(&load(&fixture("qwen3"), Some(DType::BF16)), &prompt), &reference);
+    assert!(err <= 5e-2, "qwen3 cast to bf16: error {err}");
+    assert!(shapes(&fixture("qwen3")).contains_key("model.layers.1.self_attn.k_norm.weight"));
+    assert_saves_same_names(&model, "qwen3");
+    model.causal_lm().unwrap().prepare_inference().unwrap();
+    let greedy_ref = ids_of(&refs("qwen3")["greedy"]);
+    assert_eq!(greedy(&model, &[prompt], DecodeMode::Eager)[0], greedy_ref, "after prepare_inference");
+    let dir = copy_fixture("qwen3");
+    let path = dir.path().join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    cfg["use_sliding_window"] = true.into();
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let e = load_err(dir.path());
+    assert!(matches!(&e, ModelError::Unsupported(m) if m.contains("sliding")), "{e}");
+}
+
+/// GPT-NeoX: the fused per-head qkv, parallel residual, rotary on half of each head (base
+/// 20000), LayerNorm weights and biases randomised; cast to bf16 on load it stays close; every
+/// decode mode gives the same tokens, and so does the model readied by `prepare_inference`;
+/// its state_dict saves back under the same names.
+#[test]
+fn gpt_neox_parallel_residual_partial_rotary_matches() {
+    check_causal("gpt_neox", None, 1e-4, true);
+    let model = load(&fixture("gpt_neox"), None);
+    let AutoModel::GptNeoX(neox) = &model else { panic!("gpt_neox loads as GptNeoX") };
+    assert_eq!((neox.rotary_ndims, neox.use_parallel_residual), (4, true));
+    let r = refs("gpt_neox");
+    let prompt = ids_of(&r["prompt_ids"]);
+    let reference = npy(fixture("gpt_neox").join("ref_logits.npy"));
+    let err = rel_err(&prompt_logits(&load(&fixture("gpt_neox"), Some(DType::BF16)), &prompt), &reference);
+    assert!(err <= 5e-2, "gpt_neox cast to bf16: error {err}");
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
+        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
+    }
+    assert!(shapes(&fixture("gpt_neox")).contains_key("embed_out.weight"));
+    assert_saves_same_names(&model, "gpt_neox");
+    model.causal_lm().unwrap().prepare_inference().unwrap();
+    assert_eq!(greedy(&model, &batch, DecodeMode::Eager), want, "after prepare_inference");
+}
+
+/// GPT-NeoX the other way: sequential residual, tanh GELU, rotary on 6 of 8 dims, no
+/// attention biases, a transformers 4 config (`rotary_pct`, `rotary_emb_base`).
+#[test]
+fn gpt_neox_sequential_residual_transformers4_config_matches() {
+    check_causal("gpt_neox_seq", None, 1e-4, true);
+    let model = load(&fixture("gpt_neox_seq"), None);
+    let AutoModel::GptNeoX(neox) = &model else { panic!("gpt_neox loads as GptNeoX") };
+    assert_eq!((neox.rotary_ndims, neox.use_parallel_residual), (6, false));
+    assert_eq!(model.config().rope_theta, 5000.0);
+}
+
 #[test]
 fn bf16_checkpoint_loads_in_bf16_and_matches() {
     let model = load(&fixture("llama_bf16"), None);

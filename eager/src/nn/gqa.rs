@@ -1,9 +1,12 @@
-//! Grouped-query attention as Llama, Mistral and Qwen2 have it (`q_proj`, `k_proj`, `v_proj`,
-//! `o_proj`; fewer key/value heads than query heads, rotary positions), decoding into a
+//! Grouped-query attention as Llama, Mistral, Qwen2 and Qwen3 have it (`q_proj`, `k_proj`,
+//! `v_proj`, `o_proj`; fewer key/value heads than query heads, rotary positions; Qwen3's
+//! RMSNorm on each query and key head, `q_norm`/`k_norm`), decoding into a
 //! [`StaticKvCache`], its heads split, attended and merged by the shared pieces of
 //! `nn::attention`; and Llama's gated MLP.
 
-use super::{apply_rotary, attend_heads, merge_heads, prefixed, split_heads, Linear, Module, StaticKvCache};
+use super::{
+    apply_rotary, attend_heads, merge_heads, prefixed, split_heads, Linear, Module, RmsNorm, StaticKvCache,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -25,6 +28,11 @@ pub struct GroupedQueryAttention {
     pub kv_heads: usize,
     /// Size of each head.
     pub head_dim: usize,
+    /// An RMSNorm over `head_dim` on each query head, after the head split and before rotary
+    /// (Qwen3's `q_norm`); `None` for Llama, Mistral and Qwen2.
+    pub q_norm: Option<RmsNorm>,
+    /// The same on each key head (Qwen3's `k_norm`).
+    pub k_norm: Option<RmsNorm>,
 }
 
 impl GroupedQueryAttention {
@@ -52,6 +60,8 @@ impl GroupedQueryAttention {
             heads,
             kv_heads,
             head_dim,
+            q_norm: None,
+            k_norm: None,
         })
     }
 
@@ -73,8 +83,14 @@ impl GroupedQueryAttention {
                 format!("needs [B, T, hidden], got {}", x.spec()),
             ));
         }
-        let q = apply_rotary(&split_heads(&self.q_proj.forward(x)?, self.heads)?, cos, sin)?;
-        let k = apply_rotary(&split_heads(&self.k_proj.forward(x)?, self.kv_heads)?, cos, sin)?;
+        let norm = |n: &Option<RmsNorm>, heads: Tensor| match n {
+            Some(n) => n.forward(&heads),
+            None => Ok(heads),
+        };
+        let q = split_heads(&self.q_proj.forward(x)?, self.heads)?;
+        let k = split_heads(&self.k_proj.forward(x)?, self.kv_heads)?;
+        let q = apply_rotary(&norm(&self.q_norm, q)?, cos, sin)?;
+        let k = apply_rotary(&norm(&self.k_norm, k)?, cos, sin)?;
         let v = split_heads(&self.v_proj.forward(x)?, self.kv_heads)?;
         self.o_proj.forward(&merge_heads(&attend_heads(&q, &k, &v, mask, true, cache)?)?)
     }
@@ -91,6 +107,11 @@ impl GroupedQueryAttention {
         v.extend(prefixed("k_proj", self.k_proj.named_parameters()));
         v.extend(prefixed("v_proj", self.v_proj.named_parameters()));
         v.extend(prefixed("o_proj", self.o_proj.named_parameters()));
+        for (name, norm) in [("q_norm", &self.q_norm), ("k_norm", &self.k_norm)] {
+            if let Some(n) = norm {
+                v.push((format!("{name}.weight"), n.weight.clone()));
+            }
+        }
         v
     }
 }
