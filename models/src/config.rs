@@ -4,18 +4,14 @@
 //! (`n_embd`, `n_layer`, …) are read too. What a field does not say takes transformers'
 //! default for that `model_type`.
 
-use std::path::Path;
-
 use eager::nn::RopeScaling;
 use eager::DType;
 use serde_json::Value;
 
-use crate::{io_error, ModelError, Result};
-
 /// The fields the architectures here read; `raw` keeps the whole file (saved back as it was).
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `model_type` (`gpt2`, `gpt_neox`, `llama`, `mistral`, `qwen2`, `qwen3`, `bert`).
+    /// `model_type` (`gpt2`, `gpt_neox`, `llama`, `mistral`, `qwen2`, `qwen3`, `phi3`, `bert`).
     pub model_type: String,
     /// `architectures` (`LlamaForCausalLM`, …).
     pub architectures: Vec<String>,
@@ -51,6 +47,14 @@ pub struct Config {
     pub mlp_bias: bool,
     /// RMSNorm on each query and key head before rotary (Qwen3's `q_norm` and `k_norm`).
     pub qk_norm: bool,
+    /// Sliding-window attention's window on the layers that use it (Mistral's and Phi-3's
+    /// `sliding_window`; Qwen2's and Qwen3's when `use_sliding_window`): a query at position
+    /// `i` attends keys `j` with `i - window < j <= i`. `None`: every layer attends fully.
+    pub sliding_window: Option<usize>,
+    /// Per layer, whether it attends within [`Config::sliding_window`] (Mistral, Phi-3: every layer;
+    /// Qwen2 and Qwen3: `layer_types`' `sliding_attention` entries, else the layers from
+    /// `max_window_layers` on). All false when there is no window.
+    pub sliding_layers: Vec<bool>,
     /// The MLP's activation (`silu`, `gelu_new`, `gelu`, …; GPT-2's `activation_function`).
     pub hidden_act: String,
     /// Segment vocabulary size (BERT's `type_vocab_size`).
@@ -68,23 +72,10 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads `config.json` at `path` (transformers 4's or 5's format).
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Config> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(io_error(path))?;
-        let raw: Value = serde_json::from_str(&text)
-            .map_err(|e| ModelError::Config { path: path.into(), msg: format!("not valid JSON: {e}") })?;
-        Config::parse(raw).map_err(|msg| ModelError::Config { path: path.into(), msg })
-    }
-
-    /// Reads a parsed `config.json` (`eager_models::serde_json::json!` makes one); the error
-    /// says which field is missing or wrong.
-    pub fn from_value(raw: Value) -> Result<Config> {
-        Config::parse(raw)
-            .map_err(|msg| ModelError::Config { path: "config.json (given as a value)".into(), msg })
-    }
-
-    fn parse(raw: Value) -> std::result::Result<Config, String> {
+    /// The fields every family shares, read as transformers reads them for `model_type`; a
+    /// family's own fields and the sliding window are read after (`family.rs`, where
+    /// [`Config::from_file`] and [`Config::from_value`] are).
+    pub(crate) fn parse_common(raw: Value) -> std::result::Result<Config, String> {
         let get = |names: &[&str]| names.iter().find_map(|n| raw.get(*n).filter(|v| !v.is_null()));
         let uint = |names: &[&str]| -> std::result::Result<Option<usize>, String> {
             match get(names) {
@@ -122,7 +113,11 @@ impl Config {
             .and_then(Value::as_f64)
             .unwrap_or_else(|| float(&["rope_theta"], 10000.0));
         let scaling = rope.or_else(|| get(&["rope_scaling"]).cloned());
-        let rope_scaling = parse_rope_scaling(scaling.as_ref())?;
+        let rope_scaling = match parse_rope_scaling(scaling.as_ref()) {
+            // Phi-3's long-context rope is refused by name when the model is built (`phi3::check`).
+            Err(_) if model_type == "phi3" => RopeScaling::Default,
+            r => r?,
+        };
         let dtype = match get(&["dtype", "torch_dtype"]).and_then(Value::as_str) {
             None => None,
             Some(name) => Some(parse_dtype(name).ok_or_else(|| format!("unknown dtype `{name}`"))?),
@@ -135,7 +130,7 @@ impl Config {
             }
         };
         let attention_bias = get(&["attention_bias"]).and_then(Value::as_bool).unwrap_or(false);
-        let mut config = Config {
+        let config = Config {
             vocab_size: need(&["vocab_size"])?,
             hidden_size,
             num_hidden_layers: need(&["num_hidden_layers", "n_layer"])?,
@@ -155,6 +150,8 @@ impl Config {
             o_bias: attention_bias,
             mlp_bias: get(&["mlp_bias"]).and_then(Value::as_bool).unwrap_or(false),
             qk_norm: false,
+            sliding_window: None,
+            sliding_layers: Vec::new(),
             hidden_act: get(&["hidden_act", "activation_function"])
                 .and_then(Value::as_str)
                 .unwrap_or("silu")
@@ -168,14 +165,62 @@ impl Config {
             architectures,
             raw,
         };
-        // A family whose config differs from Llama's reads its own fields and defaults.
-        match config.model_type.as_str() {
-            "qwen3" => crate::qwen3::read_config(&mut config),
-            "gpt_neox" => crate::gpt_neox::read_config(&mut config),
-            _ => {}
-        }
         Ok(config)
     }
+}
+
+/// [`Config::sliding_window`] and [`Config::sliding_layers`], as transformers decides them:
+/// Mistral and Phi-3 slide on every layer when `sliding_window` is set (when the field is
+/// absent: Mistral 4096, Phi-3 none; null: none); Qwen2 and Qwen3 only with `use_sliding_window`, on the layers `layer_types`
+/// names `sliding_attention` or, without `layer_types`, on layers `max_window_layers` (28)
+/// and up. Other families never slide.
+pub(crate) fn read_sliding_window(cfg: &mut Config) -> std::result::Result<(), String> {
+    let n = cfg.num_hidden_layers;
+    cfg.sliding_layers = vec![false; n];
+    let raw = &cfg.raw;
+    let qwen = matches!(cfg.model_type.as_str(), "qwen2" | "qwen3");
+    let enabled = match cfg.model_type.as_str() {
+        "mistral" | "phi3" => true,
+        _ if qwen => raw.get("use_sliding_window").and_then(Value::as_bool).unwrap_or(false),
+        _ => false,
+    };
+    if !enabled {
+        return Ok(());
+    }
+    let window = match raw.get("sliding_window") {
+        // MistralConfig's default; Phi3Config's is none.
+        None if cfg.model_type == "mistral" => Some(4096),
+        None => None,
+        Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(w) if w > 0 => Some(w as usize),
+            _ => return Err(format!("`sliding_window` must be a positive whole number, got {v}")),
+        },
+    };
+    let Some(window) = window else { return Ok(()) };
+    cfg.sliding_layers = if !qwen {
+        vec![true; n]
+    } else if let Some(types) = raw.get("layer_types").filter(|v| !v.is_null()) {
+        let types = types.as_array().ok_or("`layer_types` must be a list")?;
+        if types.len() != n {
+            return Err(format!("`layer_types` has {} entries for {n} layers", types.len()));
+        }
+        types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(format!("layer type {t} is not supported (full_attention, sliding_attention)")),
+            })
+            .collect::<std::result::Result<_, String>>()?
+    } else {
+        let first = raw.get("max_window_layers").and_then(Value::as_u64).unwrap_or(28) as usize;
+        (0..n).map(|l| l >= first).collect()
+    };
+    if cfg.sliding_layers.iter().any(|&s| s) {
+        cfg.sliding_window = Some(window);
+    }
+    Ok(())
 }
 
 /// `rope_scaling` (transformers 4) or `rope_parameters` (5): `rope_type` (or the older `type`).

@@ -118,6 +118,23 @@ pub fn step_mask(key_valid: &Tensor, start: &Tensor, t: usize) -> Result<Tensor>
     Ok(causal.where_cond(&valid, &causal)?) // causal and valid
 }
 
+/// `mask` (bool `[B, 1, T, S]`, as [`step_mask`] makes it) within a sliding window: query `i`
+/// (at slot `start + i`) keeps slot `p` only when `p > start + i - window` (transformers'
+/// `sliding_window_overlay`, over cache slots as transformers' is over cache positions).
+/// `start` is one slot (i64 `[]`, every row) or one per row (`[B]`, as a server's decode
+/// step writes each row at its own slot).
+pub fn window_mask(mask: &Tensor, start: &Tensor, window: usize) -> Result<Tensor> {
+    let (t, s) = (mask.shape()[2], mask.shape()[3]);
+    let dev = mask.device();
+    let slots = Tensor::arange_on(0.0, s as f64, 1.0, DType::I64, dev)?.reshape(&[1, 1, 1, -1])?;
+    let floor = Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, dev)?
+        .reshape(&[1, 1, -1, 1])?
+        .add(&start.reshape(&[-1, 1, 1, 1])?)?
+        .sub_scalar(window as f64)?;
+    let inside = slots.gt(&floor)?;
+    Ok(inside.where_cond(mask, &inside)?) // inside and mask
+}
+
 /// How each decode step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DecodeMode {

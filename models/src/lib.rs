@@ -15,17 +15,19 @@
 //! ```
 //!
 //! Map: [`config`] (both config formats) and [`weights`] (mapped safetensors) → [`gpt2`],
-//! [`gpt_neox`], [`llama`] (and [`qwen3`] on it), [`bert`] → [`auto`] → [`generate`], [`save`]; [`tokenizer`] stands apart.
+//! [`gpt_neox`], [`llama`] (and [`qwen3`], [`phi3`] on it), [`bert`] → [`auto`] → [`generate`], [`save`]; [`tokenizer`] stands apart.
 
 #![warn(missing_docs)]
 
 pub mod auto;
 pub mod bert;
 pub mod config;
+mod family;
 pub mod generate;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod llama;
+pub mod phi3;
 pub mod qwen3;
 pub mod save;
 pub mod tokenizer;

@@ -2,7 +2,9 @@
 //! on q, k and v) and Qwen3 (an RMSNorm on each query and key head, `Config::qk_norm`; its
 //! config is read by [`crate::qwen3`]). RMSNorm, rotary embeddings (`rope_theta`,
 //! `default`/`linear`/`llama3` scaling), a SwiGLU MLP, grouped- or multi-query attention,
-//! tied or untied embeddings. Parameters keep transformers' names
+//! tied or untied embeddings, sliding-window attention on the layers the config names
+//! (`Config::sliding_window`, `Config::sliding_layers`). Phi-3 (`crate::phi3`) runs here too,
+//! its fused `qkv_proj` and `gate_up_proj` split on load. Parameters keep transformers' names
 //! (`model.layers.0.self_attn.q_proj.weight`, `…self_attn.q_norm.weight`, …).
 
 use eager::nn::{
@@ -11,7 +13,7 @@ use eager::nn::{
 use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
-use crate::generate::{prepare_for_inference, CausalLm};
+use crate::generate::{prepare_for_inference, window_mask, CausalLm};
 use crate::weights::Weights;
 use crate::{ModelError, Result};
 
@@ -59,6 +61,9 @@ fn check(cfg: &Config) -> Result<()> {
             cfg.num_key_value_heads, cfg.num_attention_heads
         )));
     }
+    if cfg.model_type == "phi3" {
+        crate::phi3::check(cfg)?;
+    }
     Ok(())
 }
 
@@ -82,16 +87,43 @@ impl Llama {
         let norm = |name: &str| norm_of(name, h);
         let head_norm =
             |name: &str| -> Result<Option<RmsNorm>> { cfg.qk_norm.then(|| norm_of(name, hd)).transpose() };
+        // Phi-3 fuses q, k and v into `qkv_proj` and gate and up into `gate_up_proj` (no biases):
+        // row blocks of one weight, split here into eager's projections.
+        let fused = cfg.model_type == "phi3";
+        let rows = |t: &Tensor, start: usize, n: usize| -> Result<Linear> {
+            Ok(Linear { weight: Var::parameter("weight", t.narrow(0, start, n)?)?, bias: None })
+        };
         let embed_tokens = Embedding { weight: param("model.embed_tokens.weight", &[cfg.vocab_size, h])? };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
+            let ([q_proj, k_proj, v_proj], [gate_proj, up_proj]) = if fused {
+                let qkv =
+                    w.get(&format!("{p}.self_attn.qkv_proj.weight"), &[nq + 2 * nkv, h], dtype, device)?;
+                let gate_up = w.get(&format!("{p}.mlp.gate_up_proj.weight"), &[2 * i, h], dtype, device)?;
+                (
+                    [rows(&qkv, 0, nq)?, rows(&qkv, nq, nkv)?, rows(&qkv, nq + nkv, nkv)?],
+                    [rows(&gate_up, 0, i)?, rows(&gate_up, i, i)?],
+                )
+            } else {
+                (
+                    [
+                        linear(&format!("{p}.self_attn.q_proj"), nq, h, cfg.qkv_bias)?,
+                        linear(&format!("{p}.self_attn.k_proj"), nkv, h, cfg.qkv_bias)?,
+                        linear(&format!("{p}.self_attn.v_proj"), nkv, h, cfg.qkv_bias)?,
+                    ],
+                    [
+                        linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?,
+                        linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?,
+                    ],
+                )
+            };
             layers.push(LlamaLayer {
                 input_layernorm: norm(&format!("{p}.input_layernorm"))?,
                 self_attn: GroupedQueryAttention {
-                    q_proj: linear(&format!("{p}.self_attn.q_proj"), nq, h, cfg.qkv_bias)?,
-                    k_proj: linear(&format!("{p}.self_attn.k_proj"), nkv, h, cfg.qkv_bias)?,
-                    v_proj: linear(&format!("{p}.self_attn.v_proj"), nkv, h, cfg.qkv_bias)?,
+                    q_proj,
+                    k_proj,
+                    v_proj,
                     o_proj: linear(&format!("{p}.self_attn.o_proj"), h, nq, cfg.o_bias)?,
                     heads: cfg.num_attention_heads,
                     kv_heads: cfg.num_key_value_heads,
@@ -101,8 +133,8 @@ impl Llama {
                 },
                 post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm"))?,
                 mlp: SwiGlu {
-                    gate_proj: linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?,
-                    up_proj: linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?,
+                    gate_proj,
+                    up_proj,
                     down_proj: linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?,
                 },
             });
@@ -251,10 +283,25 @@ impl Llama {
     ) -> Result<Tensor> {
         let mut h = self.embed_tokens.lookup(ids)?;
         let (cos, sin) = self.rotary.cos_sin(positions, self.dtype)?;
+        // The sliding layers' mask: the same, narrowed to the window (slots count from `start`).
+        let sliding = match self.config.sliding_window {
+            Some(window) if self.config.sliding_layers.contains(&true) => {
+                let start = match &cache {
+                    Some((_, start)) => (*start).clone(),
+                    None => Tensor::from_slice_on(&[0i64], &[], mask.device())?,
+                };
+                Some(window_mask(mask, &start, window)?)
+            }
+            _ => None,
+        };
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|(c, start)| (&mut c[i], *start));
+            let layer_mask = match &sliding {
+                Some(m) if self.config.sliding_layers.get(i) == Some(&true) => m,
+                _ => mask,
+            };
             let x = layer.input_layernorm.forward(&h)?;
-            h = h.add(&layer.self_attn.forward_with(&x, &cos, &sin, Some(mask), layer_cache)?)?;
+            h = h.add(&layer.self_attn.forward_with(&x, &cos, &sin, Some(layer_mask), layer_cache)?)?;
             h = h.add(&layer.mlp.forward(&layer.post_attention_layernorm.forward(&h)?)?)?;
         }
         if let Some(rows) = rows {

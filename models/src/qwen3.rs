@@ -3,8 +3,9 @@
 //! (`self_attn.q_norm`, `self_attn.k_norm`, weights of `head_dim`), applied after the heads
 //! are split and before rotary. It runs as a [`Llama`] with [`Config::qk_norm`] set; this file
 //! reads Qwen3's config (its names and defaults: an explicit `head_dim`, 128 when absent; no
-//! bias on q, k and v unless `attention_bias`; an untied head unless `tie_word_embeddings`)
-//! and refuses what it does not implement (sliding-window attention).
+//! bias on q, k and v unless `attention_bias`; an untied head unless `tie_word_embeddings`).
+//! Sliding-window attention (`use_sliding_window`, `max_window_layers`, `layer_types`) is read
+//! by [`Config`] as for Qwen2.
 
 use eager::{DType, Device};
 use serde_json::Value;
@@ -27,26 +28,9 @@ pub(crate) fn read_config(cfg: &mut Config) {
     cfg.qk_norm = true;
 }
 
-/// Whether the config asks for sliding-window attention on some layer (`use_sliding_window`,
-/// or a `sliding_attention` entry in `layer_types`).
-fn uses_sliding_window(cfg: &Config) -> bool {
-    let on = cfg.raw.get("use_sliding_window").and_then(Value::as_bool).unwrap_or(false);
-    let sliding_layer = cfg
-        .raw
-        .get("layer_types")
-        .and_then(Value::as_array)
-        .is_some_and(|t| t.iter().any(|l| l.as_str() == Some("sliding_attention")));
-    on || sliding_layer
-}
-
 /// Loads a Qwen3 checkpoint (in `dtype`) onto `device`, as a [`Llama`] with per-head query
 /// and key norms.
 pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Llama> {
-    if uses_sliding_window(cfg) {
-        return Err(ModelError::Unsupported(
-            "Qwen3 with sliding-window attention (`use_sliding_window` true)".into(),
-        ));
-    }
     if !cfg.qk_norm {
         return Err(ModelError::Unsupported(format!("a `{}` config loaded as Qwen3", cfg.model_type)));
     }

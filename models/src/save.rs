@@ -21,7 +21,11 @@ pub fn save_pretrained(
 ) -> Result<()> {
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-    let tensors = state_dict(model);
+    let mut tensors = state_dict(model);
+    if config.model_type == "phi3" {
+        // Phi-3 runs on split projections; transformers reads them fused.
+        tensors = crate::phi3::fuse_for_save(tensors)?;
+    }
     let dtype = tensors.iter().map(|(_, t)| t.dtype()).find(|d| d.is_float()).unwrap_or(DType::F32);
     let mut raw = config.raw.clone();
     if let Some(obj) = raw.as_object_mut() {

@@ -111,7 +111,7 @@ fn assert_saves_same_names(model: &AutoModel, name: &str) {
 /// Qwen3: per-head q/k norms (their weights randomised), an explicit `head_dim` unlike
 /// hidden / heads, grouped queries, an untied head; cast to bf16 on load it stays close; its
 /// state_dict saves back under the same names; readied by `prepare_inference` it generates the
-/// same tokens; sliding-window attention is refused.
+/// same tokens; a sliding-window config reads its sliding layers.
 #[test]
 fn qwen3_qk_norm_explicit_head_dim_matches() {
     check_causal("qwen3", None, 1e-4, true);
@@ -126,13 +126,115 @@ fn qwen3_qk_norm_explicit_head_dim_matches() {
     model.causal_lm().unwrap().prepare_inference().unwrap();
     let greedy_ref = ids_of(&refs("qwen3")["greedy"]);
     assert_eq!(greedy(&model, &[prompt], DecodeMode::Eager)[0], greedy_ref, "after prepare_inference");
+    // Sliding-window attention (read as Qwen2's): from `max_window_layers` on without `layer_types`.
     let dir = copy_fixture("qwen3");
     let path = dir.path().join("config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     cfg["use_sliding_window"] = true.into();
+    cfg["sliding_window"] = 4.into();
+    cfg["max_window_layers"] = 1.into();
+    cfg.as_object_mut().unwrap().remove("layer_types");
     std::fs::write(&path, cfg.to_string()).unwrap();
-    let e = load_err(dir.path());
-    assert!(matches!(&e, ModelError::Unsupported(m) if m.contains("sliding")), "{e}");
+    let slid = load(dir.path(), None);
+    assert_eq!(
+        (slid.config().sliding_window, slid.config().sliding_layers.clone()),
+        (Some(4), vec![false, true])
+    );
+}
+
+/// Mistral's sliding window (4, every layer) over prompts of 37 and 15 tokens: the prompt's
+/// logits, then greedy tokens past the window through the static cache (one prompt and a
+/// left-padded batch; eager, fused and compiled decode).
+#[test]
+fn mistral_sliding_window_matches() {
+    check_causal("mistral_swa", None, 1e-4, true);
+    let model = load(&fixture("mistral_swa"), None);
+    assert_eq!(
+        (model.config().sliding_window, model.config().sliding_layers.clone()),
+        (Some(4), vec![true; 2])
+    );
+    let r = refs("mistral_swa");
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
+        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
+    }
+    // A Mistral config without `sliding_window` slides over transformers' default 4096; null: none.
+    let mut cfg = model.config().raw.clone();
+    cfg.as_object_mut().unwrap().remove("sliding_window");
+    assert_eq!(eager_models::Config::from_value(cfg.clone()).unwrap().sliding_window, Some(4096));
+    cfg["sliding_window"] = Value::Null;
+    let none = eager_models::Config::from_value(cfg).unwrap();
+    assert_eq!((none.sliding_window, none.sliding_layers), (None, vec![false; 2]));
+}
+
+/// The sliding-window mask over a cache: one start slot for every row, or one per row (a
+/// server's decode step), each query keeping the `window` slots up to its own.
+#[test]
+fn window_mask_keeps_the_last_window_slots_per_row() {
+    use eager_models::generate::{step_mask, window_mask};
+    let valid = Tensor::full(&[2, 8], 1.0, DType::Bool).unwrap();
+    let bools = |t: Tensor| t.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap();
+    // A prefill of 3 queries at slots 2, 3, 4 with a window of 2.
+    let start = Tensor::from_slice(&[2i64], &[]).unwrap();
+    let m = window_mask(&step_mask(&valid, &start, 3).unwrap(), &start, 2).unwrap();
+    assert_eq!(m.shape(), &[2, 1, 3, 8]);
+    let row = |q: usize| -> Vec<u8> { (0..8).map(|p| (p <= q && p + 2 > q) as u8).collect() };
+    assert_eq!(bools(m)[..24], [row(2), row(3), row(4)].concat());
+    // One decode query per row, at slots 5 and 1, under a mask that allows every slot.
+    let start = Tensor::from_slice(&[5i64, 1], &[2]).unwrap();
+    let all = Tensor::full(&[2, 1, 1, 8], 1.0, DType::Bool).unwrap();
+    let got = bools(window_mask(&all, &start, 3).unwrap());
+    let keep = |q: usize| -> Vec<u8> { (0..8).map(|p| (p + 3 > q) as u8).collect() };
+    assert_eq!(got, [keep(5), keep(1)].concat());
+}
+
+/// Qwen2 with `use_sliding_window` and `max_window_layers` 1: layer 0 attends fully, layer 1
+/// within the window of 4 (transformers 5's `layer_types`), as transformers does.
+#[test]
+fn qwen2_sliding_window_on_some_layers_matches() {
+    check_causal("qwen2_swa", None, 1e-4, true);
+    let model = load(&fixture("qwen2_swa"), None);
+    assert_eq!(
+        (model.config().sliding_window, model.config().sliding_layers.clone()),
+        (Some(4), vec![false, true])
+    );
+    // Without `use_sliding_window` (most Qwen2 checkpoints) no layer slides.
+    let mut cfg = model.config().raw.clone();
+    cfg["use_sliding_window"] = false.into();
+    assert_eq!(eager_models::Config::from_value(cfg).unwrap().sliding_window, None);
+}
+
+/// Phi-3: its fused `qkv_proj` (grouped queries) and `gate_up_proj` split on load (norms
+/// randomised, a transformers 4 config); every decode mode gives the same tokens; saved, the
+/// projections are fused back under the same names and shapes and load to the same logits;
+/// long-context rope (`longrope`, `su`) is refused by name.
+#[test]
+fn phi3_fused_projections_match_and_save_fused() {
+    check_causal("phi3", None, 1e-4, true);
+    let model = load(&fixture("phi3"), None);
+    assert_eq!(model.config().norm_eps, 1e-5);
+    let r = refs("phi3");
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
+        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
+    }
+    assert!(shapes(&fixture("phi3")).contains_key("model.layers.1.self_attn.qkv_proj.weight"));
+    assert_saves_same_names(&model, "phi3");
+    let dir = tempfile::tempdir().unwrap();
+    eager_models::save::save_pretrained(model.module(), model.config(), dir.path(), None).unwrap();
+    let prompt = ids_of(&r["prompt_ids"]);
+    assert_eq!(prompt_logits(&load(dir.path(), None), &prompt), prompt_logits(&model, &prompt));
+    for kind in ["longrope", "su"] {
+        let dir = copy_fixture("phi3");
+        let path = dir.path().join("config.json");
+        let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        cfg["rope_scaling"] = serde_json::json!({"type": kind, "short_factor": [1.0, 1.0, 1.0, 1.0], "long_factor": [2.0, 2.0, 2.0, 2.0]});
+        std::fs::write(&path, cfg.to_string()).unwrap();
+        let e = load_err(dir.path());
+        assert!(matches!(&e, ModelError::Unsupported(m) if m.contains(&format!("`{kind}`"))), "{e}");
+    }
 }
 
 /// GPT-NeoX: the fused per-head qkv, parallel residual, rotary on half of each head (base
