@@ -5,6 +5,7 @@
 # eager-serve under OpenAI's client against transformers' generation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+suite_start=$(date +%s)
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 # torch and transformers: the Hugging Face round trip (tests/models)
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements-models.txt
@@ -26,3 +27,14 @@ cargo build --release -p kernel
 cargo build --release -p eager-models --examples
 cargo build --release -p eager-serve
 python3 -m pytest -q tests/kernel tests/notebooks tests/models tests/serve
+# Every session server the suite started is gone (one left holds about 1 GB for an hour).
+left=""
+for pid in $(pgrep -f -- '--eager-session-server' || true); do
+  age=$(ps -o etimes= -p "$pid" 2>/dev/null) || continue  # it ended meanwhile
+  if [ $(( $(date +%s) - age )) -ge "$suite_start" ]; then left="$left $pid"; fi
+done
+if [ -n "$left" ]; then
+  ps -o pid,etimes,args -p $left
+  echo "session servers the suite started are still running:$left"
+  exit 1
+fi

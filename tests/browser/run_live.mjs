@@ -41,7 +41,10 @@ const finalValue = Number(await bar.first().getAttribute("value"));
 const barsNow = await bar.count();
 const errors = await page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count();
 const memory = page.locator(".jp-Cell", { hasText: "viz::memory_chart()" });
-const memoryCharts = await memory.locator(".jp-RenderedSVG img, .jp-OutputArea-output svg").count();
+// The kernel is idle between two cells of a run too: the chart's cell may not have run yet.
+const memoryChart = memory.locator(".jp-RenderedSVG img, .jp-OutputArea-output svg");
+await memoryChart.first().waitFor({ state: "attached", timeout: 300_000 }).catch(() => {});
+const memoryCharts = await memoryChart.count();
 await cell.scrollIntoViewIfNeeded();
 await page.screenshot({ path: screenshot, fullPage: false });
 await browser.close();

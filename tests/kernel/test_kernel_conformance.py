@@ -31,8 +31,10 @@ class EagerKernelTests(jkt.KernelTests):
         # A session server of this test's own (its runtime dir), warmed before the kernel starts:
         # `eager-kernel warm` returns once a session is ready to hand over.
         cls.runtime = tempfile.mkdtemp(prefix="eager-conformance-")
-        os.environ.update({"XDG_RUNTIME_DIR": cls.runtime, "EAGER_SESSION_SERVER": "1",
-                           "EAGER_SESSION_IDLE_SECS": "600"})
+        cls.own_env = {"XDG_RUNTIME_DIR": cls.runtime, "EAGER_SESSION_SERVER": "1", "EAGER_SESSION_IDLE_SECS": "600"}
+        # Put back as they were after: a later test must not find the server turned on.
+        cls.saved_env = {k: os.environ.get(k) for k in cls.own_env}
+        os.environ.update(cls.own_env)
         kernel = KernelSpecManager().get_kernel_spec(cls.kernel_name).argv[0]
         subprocess.run([kernel, "warm"], check=True, timeout=1800)
         super().setUpClass()
@@ -40,10 +42,15 @@ class EagerKernelTests(jkt.KernelTests):
     @classmethod
     def tearDownClass(cls):
         super().tearDownClass()
+        subprocess.run([KernelSpecManager().get_kernel_spec(cls.kernel_name).argv[0], "stop-server"],
+                       check=True, timeout=60)
         for pid in processes_naming(cls.runtime):
             os.kill(pid, signal.SIGKILL)
-        for k in ("XDG_RUNTIME_DIR", "EAGER_SESSION_SERVER", "EAGER_SESSION_IDLE_SECS"):
-            os.environ.pop(k, None)
+        for k, v in cls.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     language_name = "rust"
     file_extension = ".rs"
 
