@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{processes_naming, wait_until, KillAll};
+use common::{processes_naming, server_socket, wait_until, KillAll};
 
 /// A copy of eager-repl at `dir/eager-repl` (a new inode each time: a rebuild as cargo makes it).
 fn install_copy(dir: &Path) -> PathBuf {
@@ -49,21 +49,6 @@ fn sessions(runtime: &Path) -> Vec<(u32, PathBuf)> {
         .into_iter()
         .filter_map(|(p, c)| Some((p, PathBuf::from(c.split("--eager-session-worker").nth(1)?.trim()))))
         .collect()
-}
-
-/// The server's socket (its one `server-*.sock`).
-fn server_socket(runtime: &Path) -> PathBuf {
-    let found: Vec<PathBuf> = std::fs::read_dir(runtime.join("eager"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name().unwrap().to_string_lossy().starts_with("server-")
-                && p.extension().is_some_and(|e| e == "sock")
-        })
-        .collect();
-    assert_eq!(found.len(), 1, "one server socket: {found:?}");
-    found[0].clone()
 }
 
 /// Sends `request` to the server as a front end does; its answer line.

@@ -5,12 +5,12 @@
 //! with its socket left behind is replaced, and an idle server exits with its spare.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{alive, processes_naming, wait_until, KillAll};
+use common::{alive, processes_naming, server_socket, wait_until, KillAll};
 
 /// Seconds without a request before the test's server exits.
 const IDLE_SECS: u64 = 45;
@@ -63,17 +63,7 @@ fn the_session_server_hands_each_front_end_a_warm_session_of_its_own() {
     let warm = repl(&rt).arg("--warm").output().unwrap();
     assert!(warm.status.success(), "--warm failed: {}", String::from_utf8_lossy(&warm.stderr));
     let server = server_pid(&rt).expect("no session server after --warm");
-    let sockets: Vec<PathBuf> = std::fs::read_dir(rt.join("eager"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name().unwrap().to_string_lossy().starts_with("server-")
-                && p.extension().is_some_and(|e| e == "sock")
-        })
-        .collect();
-    assert_eq!(sockets.len(), 1, "one server socket: {sockets:?}");
-    let server_socket = &sockets[0];
+    let server_socket = &server_socket(&rt);
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(server_socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the server's socket is the user's alone");

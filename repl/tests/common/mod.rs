@@ -3,7 +3,7 @@
 //! left. Each test binary uses a part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// (pid, command line) of the live processes (zombies left out) whose command line names
@@ -46,4 +46,19 @@ impl Drop for KillAll {
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
     }
+}
+
+/// The server's socket (its one `server-*.sock`).
+pub fn server_socket(runtime: &Path) -> PathBuf {
+    let found: Vec<PathBuf> = std::fs::read_dir(runtime.join("eager"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with("server-")
+                && p.extension().is_some_and(|e| e == "sock")
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one server socket: {found:?}");
+    found[0].clone()
 }
