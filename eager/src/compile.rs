@@ -40,6 +40,10 @@ pub(crate) use crate::tensor::trace::{ahead, fused_op, AheadMark};
 pub struct Compiled<F> {
     name: &'static str,
     f: F,
+    /// The arguments whose buffers each call gives to the program (see [`Compiled::donate`]).
+    donate: Vec<usize>,
+    /// And every argument from this one on (see [`Compiled::donate_from`]).
+    donate_from: Option<usize>,
     traces: Mutex<HashMap<Signature, Arc<Traced>>>,
 }
 
@@ -57,13 +61,38 @@ where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
 {
     // Op names are `&'static str`: the profiler's interning serves program names too.
-    Compiled { name: crate::profiler::intern(name.to_string()), f, traces: Mutex::new(HashMap::new()) }
+    let name = crate::profiler::intern(name.to_string());
+    Compiled { name, f, donate: Vec::new(), donate_from: None, traces: Mutex::new(HashMap::new()) }
 }
 
 impl<F> Compiled<F>
 where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
 {
+    /// Donates the arguments at `indices` at every call (JAX's `donate_argnums`): the program
+    /// writes a result of the same shape and dtype into each one's memory, in place, instead
+    /// of allocating it — a decode step's key/value cache, a state carried from step to step.
+    /// After a call a donated argument holds no values: reading or using it (any handle of
+    /// it) is an error naming this function; use what the call returned. A donated argument
+    /// that no result fits is an error at the first call. An argument passed twice in one
+    /// call is not donated (PJRT copies it for its result instead), nor is a 0-d one.
+    ///
+    /// Without this, the Vars a function overwrites are donated already, when nothing else
+    /// holds their old value (a value held elsewhere is copied and left as it was).
+    pub fn donate(mut self, indices: impl IntoIterator<Item = usize>) -> Self {
+        self.donate = indices.into_iter().collect();
+        self.donate.sort_unstable();
+        self.donate.dedup();
+        self
+    }
+
+    /// Donates argument `first` and every one after it, however many a call passes (as
+    /// [`Compiled::donate`]): the caches of a batch whose size changes from call to call.
+    pub fn donate_from(mut self, first: usize) -> Self {
+        self.donate_from = Some(first);
+        self
+    }
+
     /// Runs the compiled function on `args` (tracing and compiling it first for a new
     /// signature). Returns what the function returned; Vars it set are updated.
     pub fn call(&self, args: &[&Tensor]) -> Result<Vec<Tensor>> {
@@ -96,8 +125,33 @@ where
         Ok(self.trace(args, device)?.program.text.clone())
     }
     fn trace(&self, args: &[&Tensor], device: Device) -> Result<Traced> {
-        trace_function(self.name, &self.f, args, device)
+        let mut donate = self.donate.clone();
+        donate.extend(self.donate_from.map_or(0..0, |first| first..args.len()));
+        donate.sort_unstable();
+        donate.dedup();
+        trace_function(self.name, &self.f, args, device, &donate)
     }
+}
+
+/// The inputs of a call whose buffers go to the program: each aliased one (a donated argument,
+/// a Var overwritten) but those passed more than once, a Var's value something besides the
+/// Var holds (its holder keeps it as it was), and scalars (nothing to save, and a scalar may
+/// be one of the constants eager keeps on the device for `x * 2.0`).
+fn donated_inputs(t: &Traced, inputs: &[Tensor]) -> Vec<usize> {
+    let once = |p: usize| {
+        let id = inputs[p].data_identity();
+        inputs.iter().filter(|x| x.data_identity() == id).count() == 1
+    };
+    t.aliases
+        .iter()
+        .map(|&(p, _)| p)
+        .filter(|&p| inputs[p].rank() > 0)
+        .filter(|&p| match &t.sources[p] {
+            // Ours and the Var's handles.
+            Source::Var(_) => inputs[p].other_holders() == 1,
+            _ => once(p),
+        })
+        .collect()
 }
 
 /// Whether every Var the program reads still has the spec and split it was traced with.
@@ -127,7 +181,8 @@ fn run(t: &Traced, args: &[&Tensor]) -> Result<Vec<Tensor>> {
     let mut outs = match t.mesh.clone() {
         None => {
             let refs: Vec<&Tensor> = inputs.iter().collect();
-            crate::tensor::dispatch::dispatch_all(call, &refs, Some(device))?.into_vec()
+            let donate = donated_inputs(t, &inputs);
+            crate::tensor::dispatch::dispatch_donating(call, &refs, Some(device), &donate)?.into_vec()
         }
         // One SPMD program over the mesh: what it reads from one device (its random state,
         // arguments on one device) is replicated; each Var it writes keeps its split, and

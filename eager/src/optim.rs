@@ -41,6 +41,12 @@ pub trait Optimizer {
 
     /// The parameters it updates (what [`GradScaler::unscale_`] and clipping go over).
     fn params(&self) -> &[Var];
+
+    /// Its state, one Var per buffer (torch's `optimizer.state`): what a checkpoint saves
+    /// besides the parameters, and what a compiled step overwrites in place with them.
+    fn state(&self) -> Vec<Var> {
+        Vec::new()
+    }
 }
 
 /// The parameters that take gradients now (frozen ones get no optimizer state).
@@ -132,6 +138,11 @@ impl Optimizer for Sgd {
 
     fn params(&self) -> &[Var] {
         &self.params
+    }
+
+    /// The momentum buffers (`<name>.velocity`), none without momentum.
+    fn state(&self) -> Vec<Var> {
+        self.velocity.iter().flatten().cloned().collect()
     }
 }
 
@@ -264,5 +275,14 @@ impl Optimizer for Adam {
 
     fn params(&self) -> &[Var] {
         &self.params
+    }
+
+    /// The running averages (`<name>.exp_avg`, `<name>.exp_avg_sq`), the step count
+    /// (`adam.step`) and, with master weights on, the f32 copies (`<name>.master`).
+    fn state(&self) -> Vec<Var> {
+        let mut all: Vec<Var> = self.m.iter().chain(&self.v).cloned().collect();
+        all.push(self.t.clone());
+        all.extend(self.master.iter().flatten().cloned());
+        all
     }
 }

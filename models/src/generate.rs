@@ -219,8 +219,10 @@ pub fn generate(
         )));
     }
     let _no_grad = eager::NoGradGuard::new();
-    let (b, t) = (prompts.len(), prompts.iter().map(Vec::len).max().unwrap_or(0));
-    let capacity = t + opts.max_new_tokens;
+    let compiled = opts.mode == DecodeMode::Compiled;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let (b, t) = (prompts.len(), prompt_length(longest, opts));
+    let capacity = cache_capacity(longest, opts);
     let device = eager::default_device();
     let mut ids = Vec::with_capacity(b * t);
     let mut positions = Vec::with_capacity(b * t);
@@ -239,25 +241,27 @@ pub fn generate(
     let pos_t = Tensor::from_slice_on(&positions, &[b, t], device)?;
     // The prefill is one pass over every prompt position; the head runs on the last one only.
     let last_row = Tensor::from_slice_on(&[t as i64 - 1], &[1], device)?;
-    let logits = model.step_at(&ids_t, &pos_t, &mask, Some((&mut cache, &start)), &last_row)?;
+    let logits = if compiled {
+        let prefill = eager::compile("prefill_step", |args: &[Tensor]| {
+            with_caches("prefill_step", args, 5, |c| {
+                model.step_at(&args[0], &args[1], &args[3], Some((c, &args[2])), &args[4])
+            })
+        })
+        .donate_from(5);
+        call_with_caches(&prefill, &[&ids_t, &pos_t, &start, &mask, &last_row], &mut cache)?
+    } else {
+        model.step_at(&ids_t, &pos_t, &mask, Some((&mut cache, &start)), &last_row)?
+    };
     let mut last = last_logits(&logits)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); b];
     let mut done = vec![false; b];
     let mut next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
-    let compiled = eager::compile("decode_step", |args: &[Tensor]| -> eager::Result<Vec<Tensor>> {
-        let [ids, pos, start, mask] = [&args[0], &args[1], &args[2], &args[3]];
-        let mut c: Vec<StaticKvCache> = args[4..]
-            .chunks(2)
-            .map(|kv| StaticKvCache::from_parts(kv[0].clone(), kv[1].clone()))
-            .collect::<eager::Result<_>>()?;
-        let logits = model
-            .step(ids, pos, mask, Some((&mut c, start)))
-            .map_err(|e| crate::to_eager("decode_step", e))?;
-        let mut outs = vec![logits];
-        outs.extend(c.into_iter().flat_map(StaticKvCache::into_parts).flat_map(|(k, v)| [k, v]));
-        Ok(outs)
-    });
+    let decode = eager::compile("decode_step", |args: &[Tensor]| {
+        with_caches("decode_step", args, 4, |c| model.step(&args[0], &args[1], &args[3], Some((c, &args[2]))))
+    })
+    // The caches are written in place: the step's new cache takes the old one's memory.
+    .donate_from(4);
     for step in 0..opts.max_new_tokens {
         let mut tokens = Vec::with_capacity(b);
         for (i, row) in last.chunks(vocab).enumerate() {
@@ -296,26 +300,78 @@ pub fn generate(
                     .step(&ids_t, &pos_t, &mask, Some((&mut cache, &start)))
                     .map_err(|e| crate::to_eager("decode_step", e))
             })?,
-            DecodeMode::Compiled => {
-                let held: Vec<Tensor> =
-                    cache.iter().map(|c| Ok([c.keys()?, c.values()?])).collect::<Result<Vec<_>>>()?.concat();
-                let mut args: Vec<&Tensor> = vec![&ids_t, &pos_t, &start, &mask];
-                args.extend(held.iter());
-                let mut outs = compiled.call(&args)?.into_iter();
-                let logits = outs
-                    .next()
-                    .ok_or_else(|| ModelError::Generate("the compiled step returned nothing".into()))?;
-                for c in cache.iter_mut() {
-                    let lost = || ModelError::Generate("the compiled step lost a cache".into());
-                    let (k, v) = (outs.next().ok_or_else(lost)?, outs.next().ok_or_else(lost)?);
-                    *c = StaticKvCache::from_parts(k, v)?;
-                }
-                logits
-            }
+            DecodeMode::Compiled => call_with_caches(&decode, &[&ids_t, &pos_t, &start, &mask], &mut cache)?,
         };
         last = last_logits(&logits)?;
     }
     Ok(out)
+}
+
+/// The prompt length [`generate`] prefills at for prompts of up to `longest` tokens (left
+/// padding fills the rest). A compiled program is one per shape, so in
+/// [`DecodeMode::Compiled`] lengths come in buckets — a multiple of 16 up to 256, then a power
+/// of two — and a new prompt length runs the programs compiled already; else `longest`.
+pub fn prompt_length(longest: usize, opts: &GenerateOptions) -> usize {
+    match opts.mode {
+        DecodeMode::Compiled if longest <= 256 => longest.max(1).next_multiple_of(16),
+        DecodeMode::Compiled => longest.next_power_of_two(),
+        _ => longest,
+    }
+}
+
+/// The positions of the key/value cache [`generate`] allocates for prompts of up to `longest`
+/// tokens: the prompt length plus the token budget, rounded up to a multiple of 64 in
+/// [`DecodeMode::Compiled`] (so that a new budget runs the same decode program).
+pub fn cache_capacity(longest: usize, opts: &GenerateOptions) -> usize {
+    let exact = prompt_length(longest, opts) + opts.max_new_tokens;
+    match opts.mode {
+        DecodeMode::Compiled => exact.next_multiple_of(64),
+        _ => exact,
+    }
+}
+
+/// The body of a compiled step: the caches are `args[first..]` (keys and values of each layer
+/// in turn); `step` runs the model on them. Returns the logits, then each layer's new keys
+/// and values in the same order.
+fn with_caches(
+    name: &'static str,
+    args: &[Tensor],
+    first: usize,
+    step: impl FnOnce(&mut [StaticKvCache]) -> Result<Tensor>,
+) -> eager::Result<Vec<Tensor>> {
+    let mut c: Vec<StaticKvCache> = args[first..]
+        .chunks(2)
+        .map(|kv| StaticKvCache::from_parts(kv[0].clone(), kv[1].clone()))
+        .collect::<eager::Result<_>>()?;
+    let logits = step(&mut c).map_err(|e| crate::to_eager(name, e))?;
+    let mut outs = vec![logits];
+    outs.extend(c.into_iter().flat_map(StaticKvCache::into_parts).flat_map(|(k, v)| [k, v]));
+    Ok(outs)
+}
+
+/// Calls a compiled step (built with [`with_caches`]) on `head` and the caches, which it
+/// donates: each cache then holds the step's new keys and values. Returns the logits.
+fn call_with_caches<F>(
+    step: &eager::Compiled<F>,
+    head: &[&Tensor],
+    cache: &mut [StaticKvCache],
+) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> eager::Result<Vec<Tensor>>,
+{
+    let held: Vec<Tensor> =
+        cache.iter().map(|c| Ok([c.keys()?, c.values()?])).collect::<Result<Vec<_>>>()?.concat();
+    let mut args: Vec<&Tensor> = head.to_vec();
+    args.extend(held.iter());
+    let mut outs = step.call(&args)?.into_iter();
+    let logits =
+        outs.next().ok_or_else(|| ModelError::Generate("the compiled step returned nothing".into()))?;
+    for c in cache.iter_mut() {
+        let lost = || ModelError::Generate("the compiled step lost a cache".into());
+        let (k, v) = (outs.next().ok_or_else(lost)?, outs.next().ok_or_else(lost)?);
+        *c = StaticKvCache::from_parts(k, v)?;
+    }
+    Ok(logits)
 }
 
 /// The last position's logits of `[B, T, vocab]`, as f32 on the host, `B × vocab` values.

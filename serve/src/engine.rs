@@ -364,8 +364,11 @@ impl<'a> Core<'a> {
         }
         let decode: Program<'a> =
             eager::compile("serve_decode", Box::new(move |args: &[Tensor]| decode_program(lm, layers, args)));
+        // Each slot's cache is written in place: the step's new cache takes the old one's memory.
+        let decode = decode.donate_from(4);
         let prefill: Program<'a> =
             eager::compile("serve_prefill", Box::new(move |args: &[Tensor]| prefill_program(lm, args)));
+        let prefill = prefill.donate_from(5);
         let chunk = opts.prefill_chunk.clamp(1, cap);
         let info = EngineInfo {
             max_model_len: cap,
@@ -516,8 +519,14 @@ impl<'a> Core<'a> {
         }
         self.publish();
         for chunk in &plan.prefill {
-            let tokens = self.active[&chunk.seq].prompt[chunk.start..chunk.start + chunk.len].to_vec();
-            let logits = self.run_prefill(chunk.slot + 1, chunk.start, &tokens)?;
+            // A chunk padded to its bucket must fit in the cache (the write's start would be
+            // clamped): one that would run past the end starts earlier, prefilling a few
+            // positions again from the same tokens.
+            let cap = self.info.max_model_len;
+            let t = bucket_for(&self.info.prefill_buckets, chunk.len).min(cap);
+            let from = chunk.start.min(cap - t);
+            let tokens = self.active[&chunk.seq].prompt[from..chunk.start + chunk.len].to_vec();
+            let logits = self.run_prefill(chunk.slot + 1, from, &tokens)?;
             self.metrics.prompt_tokens.inc_by(chunk.len as u64);
             self.scheduler.prefilled(chunk);
             if chunk.last {

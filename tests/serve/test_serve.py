@@ -157,6 +157,21 @@ def test_a_long_prompt_is_prefilled_in_chunks_and_still_matches(server, referenc
     assert r.usage.prompt_tokens == 70
 
 
+def test_a_last_chunk_near_the_cache_end_is_prefilled_from_earlier_and_still_matches(reference):
+    """The last chunk (1 token, padded to a bucket of 12) would run past a 40-position cache: it
+    starts earlier, prefilling positions again, and the answer is still transformers'."""
+    tok, greedy = reference
+    s = Served("--max-model-len", "40", "--prefill-chunk", "12")
+    try:
+        ids = tok(" ".join(PROMPTS * 4)).input_ids[:37]
+        assert len(ids) == 37
+        r = s.client.completions.create(model=NAME, prompt=ids, max_tokens=3, temperature=0)
+        assert r.choices[0].text == greedy(ids, 3)[1]
+        assert r.usage.prompt_tokens == 37
+    finally:
+        s.stop()
+
+
 def test_chat_uses_the_checkpoints_template(server, reference):
     tok, greedy = reference
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hello world"}]

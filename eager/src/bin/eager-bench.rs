@@ -217,6 +217,10 @@ struct Report {
     mlp_step_live_kib: f64,
     mlp_step_peak_kib: f64,
     mlp_step_largest_at_peak: String,
+    /// The compiled MLP step's memory: (parameters and optimizer state KiB, peak above the
+    /// live memory with them donated KiB, the same with their old values held elsewhere KiB).
+    #[serde(default)]
+    mlp_compiled_step_memory_kib: (f64, f64, f64),
     memory_ops: usize,
     rss_before_mib: f64,
     rss_after_mib: f64,
@@ -478,6 +482,30 @@ fn mlp_step_memory() -> Result<(f64, f64, String)> {
     Ok((base as f64 / 1024.0, snap.peak_bytes as f64 / 1024.0, largest))
 }
 
+/// The compiled MLP step's device memory: (bytes of its parameters and momentum, the peak
+/// above the live memory of a step that overwrites them in place, the peak of the same step
+/// while their old values are held elsewhere, so that they are copied, not donated), in KiB.
+fn mlp_compiled_step_memory() -> Result<(f64, f64, f64)> {
+    use eager::optim::Optimizer;
+    let m = Mlp::new(None)?;
+    let step = compile("mlp_memory_step", |a: &[Tensor]| Ok(vec![m.step(&a[0], &a[1])?]));
+    let vars: Vec<eager::Var> = m.model.parameters().into_iter().chain(m.sgd.state()).collect();
+    let updated: u64 = vars.iter().map(|v| v.get().spec().size_in_bytes() as u64).sum();
+    let peak_above_live = |hold: bool| -> Result<f64> {
+        step.call(&[&m.x, &m.y])?[0].item::<f32>()?;
+        let held: Vec<Tensor> = if hold { vars.iter().map(eager::Var::get).collect() } else { Vec::new() };
+        synchronize();
+        eager::memory::reset_peak();
+        let live = eager::memory::live_bytes();
+        step.call(&[&m.x, &m.y])?[0].item::<f32>()?;
+        drop(held);
+        Ok(eager::memory::snapshot().peak_bytes.saturating_sub(live) as f64 / 1024.0)
+    };
+    let donated = peak_above_live(false)?;
+    let held = peak_above_live(true)?;
+    Ok((updated as f64 / 1024.0, donated, held))
+}
+
 /// SGD steps per second of the MLP 784-256-10 on a global batch of 64, data-parallel over
 /// the first `devices` devices (batch split over a mesh axis `data`, weights whole on each
 /// device; one device: no mesh at all), eager then compiled into one (SPMD) program.
@@ -602,7 +630,7 @@ fn main() -> anyhow::Result<()> {
         n,
         || {
             let mut out: SmallVec<[Buffer; 1]> = SmallVec::new();
-            let _ = exe.execute(&raw_args, dev, &mut out, false).unwrap();
+            let _ = exe.execute(&raw_args, dev, &mut out, false, &[]).unwrap();
         },
         || {
             let _z = x.add(&y).unwrap();
@@ -678,6 +706,7 @@ fn main() -> anyhow::Result<()> {
     // (the same step traced into one program).
     r.train_mlp_784_256_10_steps_per_s = train_mlp()?;
     (r.mlp_step_live_kib, r.mlp_step_peak_kib, r.mlp_step_largest_at_peak) = mlp_step_memory()?;
+    r.mlp_compiled_step_memory_kib = mlp_compiled_step_memory()?;
     r.train_cnn_digits_steps_per_s = train_cnn()?;
     r.train_gpt_char_steps_per_s = train_gpt()?;
     let available = runtime::devices(DeviceKind::Cpu)?.len();
@@ -794,6 +823,10 @@ fn print_report(r: &Report, calls: usize, plugin: &Path) {
     println!(
         "  MLP 784-256-10 eager step, device memory: {:.0} KiB live between steps, {:.0} KiB at the peak (largest: {})",
         r.mlp_step_live_kib, r.mlp_step_peak_kib, r.mlp_step_largest_at_peak
+    );
+    let (updated, donated, held) = r.mlp_compiled_step_memory_kib;
+    println!(
+        "  MLP 784-256-10 compiled step, device memory above the live {updated:.0} KiB of parameters and momentum: peak +{donated:.0} KiB updating them in place (donated), +{held:.0} KiB with their old values held elsewhere (copied)"
     );
     println!("  MLP 784-256-10 data-parallel, global batch 64 (steps/s):");
     for (n, eager, compiled) in &r.data_parallel_mlp_steps_per_s {

@@ -123,7 +123,8 @@ impl StaticKvCache {
 
     /// Writes `k` and `v` `[B, kv_heads, T, head_dim]` into slots `start..start + T`, `start`
     /// an i64 scalar tensor (so the step's position is data, not part of any op's key). The
-    /// caller keeps `start + T <= capacity`: slots past the end are not written. With `T = 1`,
+    /// caller keeps `start + T <= capacity`: past it, the block is moved back to fit (XLA
+    /// clamps a `dynamic_update_slice`'s start), overwriting earlier slots. With `T = 1`,
     /// `start` may also be `[B]`, one write position per row (a batch of sequences of
     /// different lengths decoding together, as a server's continuous batch does).
     pub fn write(&mut self, k: &Tensor, v: &Tensor, start: &Tensor) -> Result<()> {
@@ -151,31 +152,31 @@ impl StaticKvCache {
             ));
         }
         let several = self.parts.len() > 1;
+        let dev = self.slots.device();
+        let index = |i: usize| Tensor::full_on(&[1], i as f64, DType::I64, dev);
+        let zero = index(0)?;
         let mut row = 0;
         for part in &mut self.parts {
             let n = part.0.shape()[0];
             let take = |x: &Tensor| if several { x.narrow(0, row, n) } else { Ok(x.clone()) };
-            let (k, v) = (take(k)?, take(v)?);
-            let start =
-                if per_row { take(start)?.reshape(&[n as isize, 1])? } else { start.reshape(&[1, 1])? };
-            let rows_of_start = start.shape()[0] as isize;
-            // Slot p of row b takes row p - start[b] of the new keys where start[b] <= p < start[b] + T.
-            let offset = self.slots.reshape(&[1, -1])?.sub(&start)?;
-            let inside = offset.ge_scalar(0.0)?;
-            let inside = inside.where_cond(&offset.lt_scalar(t as f64)?, &inside)?.reshape(&[
-                rows_of_start,
-                1,
-                -1,
-                1,
-            ])?;
-            let rows = offset.maximum_scalar(0.0)?.minimum_scalar((t - 1) as f64)?.reshape(&[-1])?;
-            let place = |new: &Tensor, old: &Tensor| -> Result<Tensor> {
-                let new = new.to_dtype(old.dtype())?;
-                let spread =
-                    if t == 1 { new.broadcast_to(old.shape())? } else { new.index_select(2, &rows)? };
-                inside.where_cond(&spread, old)
-            };
-            *part = (place(&k, &part.0)?, place(&v, &part.1)?);
+            let (k, v) = (take(k)?.to_dtype(part.0.dtype())?, take(v)?.to_dtype(part.1.dtype())?);
+            // Only the new positions are written (`dynamic_update_slice`), in place when the
+            // step's caller donated the cache: one block per part, or per row with per-row starts.
+            let (mut keys, mut values) = part.clone();
+            if per_row && n > 1 {
+                let starts = take(start)?;
+                for r in 0..n {
+                    let at = Tensor::cat(&[&index(r)?, &zero, &starts.narrow(0, r, 1)?, &zero], 0)?;
+                    keys = keys.dynamic_update_slice(&k.narrow(0, r, 1)?, &at)?;
+                    values = values.dynamic_update_slice(&v.narrow(0, r, 1)?, &at)?;
+                }
+            } else {
+                let s = if per_row { take(start)? } else { start.reshape(&[1])? };
+                let at = Tensor::cat(&[&zero, &zero, &s, &zero], 0)?;
+                keys = keys.dynamic_update_slice(&k, &at)?;
+                values = values.dynamic_update_slice(&v, &at)?;
+            }
+            *part = (keys, values);
             row += n;
         }
         Ok(())

@@ -36,6 +36,9 @@ pub struct Program {
     pub outputs: Vec<Spec>,
     /// Ops traced into it.
     pub ops: usize,
+    /// `(parameter, output)` pairs whose output may be written into the parameter's buffer
+    /// when the caller donates it (a Var the program overwrites, a donated argument).
+    pub aliases: Vec<(usize, usize)>,
     /// The index checks of its indexing ops, returned after its outputs, each naming its op.
     pub(crate) checks: Vec<IndexCheck>,
     /// Compiled at the quick tier first and optimized once hot, as a one-op program (an op
@@ -65,6 +68,7 @@ impl Program {
         params: usize,
         outputs: &[usize],
         ops: usize,
+        aliases: &[(usize, usize)],
     ) -> Program {
         let mut e = Emitter::default();
         let mut emitted: Vec<Value> = Vec::with_capacity(values.len());
@@ -94,11 +98,22 @@ impl Program {
         }
         let results: Vec<Value> = outputs.iter().map(|&o| emitted[o].clone()).collect();
         let returned: Vec<Value> = results.iter().cloned().chain(flags).collect();
-        let text = module(name, &param_specs, &returned, &e.body);
+        let text = module(name, &param_specs, aliases, &returned, &e.body);
         let mut h = rustc_hash::FxHasher::default();
         text.hash(&mut h);
         let outputs = results.into_iter().map(|v| v.spec).collect();
-        Program { name, text, params: param_specs, outputs, ops, checks, tiered: false, hash: h.finish() }
+        let aliases = aliases.to_vec();
+        Program {
+            name,
+            text,
+            params: param_specs,
+            outputs,
+            ops,
+            aliases,
+            checks,
+            tiered: false,
+            hash: h.finish(),
+        }
     }
 }
 
@@ -153,7 +168,7 @@ impl Program {
         if let Some(p) = lock(emitted).by_hash.get(&hash).and_then(|v| v.iter().find(|(r, _)| same(r))) {
             return p.1.clone();
         }
-        let mut program = Program::new(name, values, params, outputs, ops);
+        let mut program = Program::new(name, values, params, outputs, ops, &[]);
         program.tiered = tiered;
         let program = Arc::new(program);
         let recorded =
@@ -244,7 +259,7 @@ mod tests {
             (ValueDef::Param(1), f.clone()),
             (ValueDef::Op { op: Op::Binary(Binary::Mul), inputs: smallvec::smallvec![0, 1] }, f.clone()),
         ];
-        let p = Program::new("step", &values, 2, &[2, 0], 1);
+        let p = Program::new("step", &values, 2, &[2, 0], 1, &[]);
         assert!(p.text.starts_with("module @eager_step"), "{}", p.text);
         assert!(p.text.contains("\"stablehlo.multiply\"(%arg0, %arg1)"), "{}", p.text);
         assert!(p.text.contains("\"func.return\"(%1, %arg0)"), "{}", p.text);

@@ -156,13 +156,28 @@ pub(crate) fn one_op_module(op: &Op, inputs: &[Spec], output: &Spec) -> String {
     let result = op.emit(&mut e, &args, output);
     debug_assert_eq!(&result.spec, output, "{}: emission and shape rule disagree", op.name());
     let results: Vec<Value> = std::iter::once(result).chain(std::mem::take(&mut e.extra)).collect();
-    module(op.name(), inputs, &results, &e.body)
+    module(op.name(), inputs, &[], &results, &e.body)
 }
 
 /// The module template every program uses: `@main(params) -> results { body; return }`.
-pub(crate) fn module(name: &str, params: &[Spec], results: &[Value], body: &str) -> String {
-    let params: Vec<String> =
-        params.iter().enumerate().map(|(i, s)| format!("%arg{i}: {}", s.mlir())).collect();
+/// Each `(param, result)` of `aliases` says that the result may be written into the
+/// parameter's buffer when the caller donates it (`tf.aliasing_output`, as JAX's
+/// `donate_argnums` emits): XLA then updates it in place.
+pub(crate) fn module(
+    name: &str,
+    params: &[Spec],
+    aliases: &[(usize, usize)],
+    results: &[Value],
+    body: &str,
+) -> String {
+    let params: Vec<String> = params
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match aliases.iter().find(|(p, _)| *p == i) {
+            Some((_, r)) => format!("%arg{i}: {} {{tf.aliasing_output = {r} : i32}}", s.mlir()),
+            None => format!("%arg{i}: {}", s.mlir()),
+        })
+        .collect();
     let names: Vec<&str> = results.iter().map(|v| v.name.as_str()).collect();
     let types: Vec<String> = results.iter().map(|v| v.spec.mlir()).collect();
     let out = if types.len() == 1 { types[0].clone() } else { format!("({})", types.join(", ")) };
@@ -304,7 +319,9 @@ mod tests {
     #[test]
     fn the_module_template_returns_every_result() {
         let r = Value { name: "%1".into(), spec: Spec::new(&[2], DType::F32) };
-        let m = module("x", &[Spec::new(&[2], DType::F32)], &[r.clone(), r], "");
+        let m = module("x", &[Spec::new(&[2], DType::F32)], &[], &[r.clone(), r.clone()], "");
         assert!(m.contains("@main(%arg0: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>)"), "{m}");
+        let m = module("x", &[Spec::new(&[2], DType::F32)], &[(0, 1)], &[r.clone(), r], "");
+        assert!(m.contains("@main(%arg0: tensor<2xf32> {tf.aliasing_output = 1 : i32})"), "{m}");
     }
 }

@@ -17,6 +17,7 @@ pub mod call;
 pub(crate) mod composite;
 pub mod conv;
 pub mod create;
+pub mod dynamic;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
@@ -39,6 +40,7 @@ pub(crate) use call::ValueDef;
 pub use call::{Call, Program};
 pub use conv::{Conv, Flip, Padding};
 pub use create::{Arange, Eye, Fill};
+pub use dynamic::{DynamicSlice, DynamicUpdateSlice};
 use elementwise::ElementwiseOps;
 pub use elementwise::{Binary, Cast, Compare, Triangle, Unary, Where};
 pub(crate) use emit::Emitter;
@@ -359,6 +361,10 @@ ops! {
     Pad(Pad),
     /// Tensors joined along a dim.
     Concat(Concat),
+    /// A block read from a start that is data.
+    DynamicSlice(DynamicSlice),
+    /// A block written at a start that is data.
+    DynamicUpdateSlice(DynamicUpdateSlice),
     /// Slices of the input at indices along a dim.
     IndexSelect(IndexSelect),
     /// Elements picked along a dim by an index tensor.

@@ -113,6 +113,25 @@ impl Buffer {
         Ok(args.on_device_size_in_bytes)
     }
 
+    /// Whether the buffer's memory is gone: donated to an execution (which wrote an output
+    /// there) or deleted.
+    pub fn is_deleted(&self) -> Result<bool> {
+        let mut args = ffi::PJRT_Buffer_IsDeleted_Args::new();
+        args.buffer = self.raw;
+        call!(&self.client.api, PJRT_Buffer_IsDeleted, &mut args)?;
+        Ok(args.is_deleted)
+    }
+
+    /// The address of the buffer's memory on its device (for the CPU, in this process): two
+    /// buffers at one address share their memory, as a donated input and the output written
+    /// into it do.
+    pub fn device_address(&self) -> Result<usize> {
+        let mut args = ffi::PJRT_Buffer_UnsafePointer_Args::new();
+        args.buffer = self.raw;
+        call!(&self.client.api, PJRT_Buffer_UnsafePointer, &mut args)?;
+        Ok(args.buffer_pointer)
+    }
+
     /// Waits until the buffer's contents are computed; returns the error of the computation
     /// that produces it, if it failed.
     pub fn wait_ready(&self) -> Result<()> {

@@ -112,12 +112,17 @@ impl Executable {
     /// `outputs`. Returns as soon as the plugin accepted the work; with `completion`, also
     /// the event that fires when the device finished (carrying the execution's error).
     /// `device` and every argument must belong to this executable's client.
+    ///
+    /// An argument the program aliases to an output (`tf.aliasing_output`) is donated — PJRT
+    /// hands its memory to that output and the argument buffer is deleted — unless its index is
+    /// in `keep`: then PJRT copies it first and the argument stays as it was.
     pub fn execute(
         &self,
         args: &[&Buffer],
         device: &DeviceInfo,
         outputs: &mut SmallVec<[Buffer; 1]>,
         completion: bool,
+        keep: &[i64],
     ) -> Result<Option<Event<'_>>> {
         const F: &str = "PJRT_LoadedExecutable_Execute";
         self.client.check_device(device, F)?;
@@ -130,6 +135,10 @@ impl Executable {
             raw_args.push(b.raw);
         }
         let mut opts = ffi::PJRT_ExecuteOptions::new();
+        if !keep.is_empty() {
+            opts.non_donatable_input_indices = keep.as_ptr();
+            opts.num_non_donatable_input_indices = keep.len();
+        }
         let mut raw_out: SmallVec<[*mut ffi::PJRT_Buffer; 2]> =
             smallvec::smallvec![ptr::null_mut(); self.num_outputs];
         let arg_list: *const *mut ffi::PJRT_Buffer = raw_args.as_ptr();
@@ -216,7 +225,7 @@ impl Executable {
         device: &DeviceInfo,
         outputs: &mut SmallVec<[Buffer; 1]>,
     ) -> Result<()> {
-        match self.execute(args, device, outputs, true)? {
+        match self.execute(args, device, outputs, true, &[])? {
             Some(e) => e.wait(),
             None => Ok(()),
         }

@@ -279,6 +279,8 @@ args!(PJRT_Buffer_ToHostBuffer_Args {
     event: *mut PJRT_Event,
 });
 args!(PJRT_Buffer_ReadyEvent_Args { buffer: *mut PJRT_Buffer, event: *mut PJRT_Event });
+args!(PJRT_Buffer_IsDeleted_Args { buffer: *mut PJRT_Buffer, is_deleted: bool });
+args!(PJRT_Buffer_UnsafePointer_Args { buffer: *mut PJRT_Buffer, buffer_pointer: usize });
 
 /// A slot of the function table: a nullable C function taking its args struct.
 pub type Fn<A> = Option<unsafe extern "C" fn(*mut A) -> *mut PJRT_Error>;
@@ -359,11 +361,12 @@ c_struct!(
         PJRT_Buffer_Device: Fn<PJRT_Buffer_Device_Args>,
         PJRT_Buffer_Memory: Unused,
         PJRT_Buffer_Delete: Unused,
-        PJRT_Buffer_IsDeleted: Unused,
+        PJRT_Buffer_IsDeleted: Fn<PJRT_Buffer_IsDeleted_Args>,
         PJRT_Buffer_CopyToDevice: Fn<PJRT_Buffer_CopyToDevice_Args>,
         PJRT_Buffer_ToHostBuffer: Fn<PJRT_Buffer_ToHostBuffer_Args>,
         PJRT_Buffer_IsOnCpu: Unused,
         PJRT_Buffer_ReadyEvent: Fn<PJRT_Buffer_ReadyEvent_Args>,
+        PJRT_Buffer_UnsafePointer: Fn<PJRT_Buffer_UnsafePointer_Args>,
     }
 );
 
@@ -450,6 +453,8 @@ pub(crate) mod layout {
             PJRT_Buffer_CopyToDevice_Args,
             PJRT_Buffer_ToHostBuffer_Args,
             PJRT_Buffer_ReadyEvent_Args,
+            PJRT_Buffer_IsDeleted_Args,
+            PJRT_Buffer_UnsafePointer_Args,
         ]
     }
 

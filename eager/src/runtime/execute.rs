@@ -24,6 +24,10 @@ use crate::shape::Spec;
 pub(crate) struct Arg<'a> {
     pub(crate) buffer: &'a pjrt::Buffer,
     pub(crate) completion: &'a Arc<Completion>,
+    /// Whether its buffer is given to the program: where the program aliases it to an output
+    /// (see `Program::aliases`), that output is written into it in place and the buffer is
+    /// gone after the launch. Otherwise PJRT copies an aliased argument first.
+    pub(crate) donate: bool,
 }
 
 /// What [`execute`] enqueued: the output buffers with their specs, the op's info and the
@@ -50,6 +54,13 @@ pub(crate) fn execute(
     let more_outputs: SmallVec<[Spec; 1]> = key.op.more_outputs().iter().cloned().collect();
     let index_checks = key.op.index_checks(&key.inputs);
     let in_bytes = key.inputs.iter().map(Spec::size_in_bytes).sum::<usize>();
+    // Aliased parameters whose argument is not donated: PJRT copies those.
+    let keep: SmallVec<[i64; 4]> = match &key.op {
+        crate::ops::Op::Call(c) => {
+            c.program.aliases.iter().filter(|(p, _)| !args[*p].donate).map(|(p, _)| *p as i64).collect()
+        }
+        _ => SmallVec::new(),
+    };
     let Fetched { exe, info, outcome, ns: compile_ns, heat } = executable(rt, key, start)?;
     let out_bytes = info.output.size_in_bytes() + more_outputs.iter().map(Spec::size_in_bytes).sum::<usize>();
     // A closure: the signature is formatted only on failure.
@@ -58,8 +69,9 @@ pub(crate) fn execute(
     let exec_start = Instant::now();
     let buffers: SmallVec<[&pjrt::Buffer; 4]> = args.iter().map(|a| a.buffer).collect();
     let mut out = SmallVec::new();
-    let done =
-        exe.execute(&buffers, dev, &mut out, true).map_err(|e| launch_error(what, device, out_bytes, e))?;
+    let done = exe
+        .execute(&buffers, dev, &mut out, true, &keep)
+        .map_err(|e| launch_error(what, device, out_bytes, e))?;
     let enqueue_ns = exec_start.elapsed().as_nanos() as u64;
     let completion = Arc::new(Completion::default());
     // Index checks are the last outputs: kept by the completion, read when a result is read.

@@ -167,7 +167,7 @@ fn warm_matmul(client: &Arc<Client>) -> pjrt::Result<()> {
     let exe = client.compile(&text, &pjrt::compile_options(Tier::Quick, None))?;
     let x = client.buffer_from_host(&[0u8; 256], spec.dtype.pjrt(), &[8, 8], device)?;
     let mut out = smallvec::SmallVec::new();
-    exe.execute(&[&x, &x], device, &mut out, false)?;
+    exe.execute(&[&x, &x], device, &mut out, false, &[])?;
     out.iter().try_for_each(|b| b.wait_ready())
 }
 

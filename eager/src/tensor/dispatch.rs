@@ -26,6 +26,19 @@ pub(crate) fn dispatch_all(
     inputs: &[&Tensor],
     device: Option<Device>,
 ) -> Result<SmallVec<[Tensor; 1]>> {
+    dispatch_donating(op, inputs, device, &[])
+}
+
+/// [`dispatch_all`] giving the buffers of `inputs[i]` for each `i` in `donate` to the program
+/// (a compiled function's call: see `Program::aliases`). Each donated tensor is marked so
+/// before its results are booked: the ledger never counts the memory twice, and every handle
+/// of it reads as an error naming the program afterwards.
+pub(crate) fn dispatch_donating(
+    op: Op,
+    inputs: &[&Tensor],
+    device: Option<Device>,
+    donate: &[usize],
+) -> Result<SmallVec<[Tensor; 1]>> {
     let start = Instant::now();
     runtime::check_interrupt(&op)?;
     let (rt, device) = match inputs.first() {
@@ -45,11 +58,15 @@ pub(crate) fn dispatch_all(
         ));
     }
     let mut args: SmallVec<[Arg; 4]> = SmallVec::with_capacity(inputs.len());
-    for t in inputs {
-        args.push(Arg { buffer: t.buffer()?, completion: t.completion() });
+    for (i, t) in inputs.iter().enumerate() {
+        args.push(Arg { buffer: t.buffer()?, completion: t.completion(), donate: donate.contains(&i) });
     }
+    let program = op.name();
     let key = OpKey::new(op, inputs.iter().map(|t| t.spec()), device);
     let launched = runtime::execute(&rt, device, key, &args, start)?;
+    for &i in donate {
+        inputs[i].mark_donated(program, i);
+    }
     let (info, completion) = (launched.info, launched.completion);
     Ok(launched
         .outputs

@@ -5,6 +5,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::composite::CompositeOps;
 use crate::ops::conv::{ConvOps, Padding};
+use crate::ops::dynamic::DynamicOps;
 use crate::ops::elementwise::ElementwiseOps;
 use crate::ops::index::IndexOps;
 use crate::ops::matmul::MatmulOps;
@@ -261,6 +262,17 @@ forward! {
     /// Elements `start..end` with `step` along `dim`.
     slice(dim: isize, start: usize, end: usize, step: usize) => MovementOps;
 
+    // ----- dynamic slices (ops/dynamic.rs) ------------------------------------------------------
+    /// The block of `sizes` that starts at `starts` (a 1-D i32/i64 tensor, one start per dim),
+    /// as `jax.lax.dynamic_slice`: the start is data, so every position runs one executable. A
+    /// start is clamped so that the block fits (`clamp(start, 0, dim - size)`), as in XLA.
+    dynamic_slice(starts: &Tensor, sizes: &[usize]) => DynamicOps;
+    /// `self` with `update` written over the block that starts at `starts` (one start per dim,
+    /// clamped so that the block fits), as `jax.lax.dynamic_update_slice`: only the block is
+    /// written, in place when `self` is donated to a compiled function. Gradients flow to
+    /// `self` (but the block) and to `update`.
+    dynamic_update_slice(update: &Tensor, starts: &Tensor) => DynamicOps;
+
     // ----- indexing (ops/index.rs) -------------------------------------------------------------
     /// Picks entries along `dim` by a 1-D i32/i64 index tensor. A negative index counts from
     /// the end (`-1` is the last), as torch's `x[idx]` and NumPy's `take` do (torch's
@@ -290,6 +302,19 @@ forward! {
 }
 
 impl Tensor {
+    /// The same values in a buffer of their own (torch's `clone()`; `Tensor::clone` shares
+    /// the buffer): what to keep of a tensor that is about to be donated. Gradients flow
+    /// through it.
+    pub fn copy(&self) -> Result<Tensor> {
+        let whole: Vec<usize> = self.shape().to_vec();
+        let op = crate::ops::Slice {
+            starts: whole.iter().map(|_| 0).collect(),
+            limits: whole.iter().copied().collect(),
+            strides: whole.iter().map(|_| 1).collect(),
+        };
+        super::dispatch(crate::ops::Op::Slice(op), &[self], None)
+    }
+
     /// Index (i64) of the largest value along `dim` (the first on ties); over the flattened
     /// tensor when `dim` is `None`. NaN counts as the largest (the first NaN wins), as in torch.
     pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {

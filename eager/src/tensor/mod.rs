@@ -68,6 +68,17 @@ struct Inner {
     lazy: Option<Arc<Lazy>>,
     /// Its buffers' entries in [`crate::memory`]'s ledger, released on drop.
     booked: smallvec::SmallVec<[u64; 1]>,
+    /// Set when its buffer was donated to a program that wrote its result there: the tensor
+    /// holds no values any more, and every read names the program.
+    donated: OnceLock<Donated>,
+}
+
+/// Where a tensor's buffer went (see [`Tensor::is_donated`]).
+struct Donated {
+    /// The compiled function it was donated to.
+    program: &'static str,
+    /// Its place among the program's inputs.
+    input: usize,
 }
 
 impl Drop for Inner {
@@ -112,6 +123,7 @@ impl Tensor {
             shards,
             lazy,
             booked,
+            donated: OnceLock::new(),
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
@@ -137,6 +149,7 @@ impl Tensor {
             shards: None,
             lazy,
             booked: smallvec::SmallVec::new(),
+            donated: OnceLock::new(),
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
@@ -214,6 +227,7 @@ impl Tensor {
             shards: None,
             lazy: None,
             booked: smallvec::SmallVec::new(),
+            donated: OnceLock::new(),
         };
         Tensor { inner: Arc::new(inner), autograd: self.autograd.clone() }
     }
@@ -231,11 +245,46 @@ impl Tensor {
         Arc::as_ptr(&self.inner) as usize
     }
 
+    /// Whether its buffer was donated to a compiled function (which wrote a result into that
+    /// memory): then it holds no values, and reading or using it is an error naming the function.
+    pub fn is_donated(&self) -> bool {
+        self.data().is_ok_and(|inner| inner.donated.get().is_some())
+    }
+
+    /// How many handles share its data besides this one (clones, detached copies, a Var, a
+    /// saved activation): a Var's value with none may be donated to a step that overwrites it.
+    pub(crate) fn other_holders(&self) -> usize {
+        Arc::strong_count(&self.inner) - 1
+    }
+
+    /// Marks its data donated to input `input` of `program` (PJRT took the buffer at the
+    /// launch): every handle of it now reads as an error, and the ledger no longer counts it.
+    pub(crate) fn mark_donated(&self, program: &'static str, input: usize) {
+        if let Ok(inner) = self.data() {
+            if inner.donated.set(Donated { program, input }).is_ok() {
+                for &id in &inner.booked {
+                    crate::memory::release(id);
+                }
+            }
+        }
+    }
+
     /// The device buffer; an error for a traced tensor, which has values only when the
     /// compiled function runs. Public for benchmarks that execute through `pjrt` directly.
     #[doc(hidden)]
     pub fn buffer(&self) -> Result<&Buffer> {
         let inner = self.data()?;
+        if let Some(d) = inner.donated.get() {
+            return Err(Error::invalid(
+                d.program,
+                format!(
+                    "{} was donated to `{}` (its input {}), which wrote its result into the same memory: the tensor holds no values any more; use what the call returned (or pass a copy, `.copy()`, to keep this one)",
+                    self.spec(),
+                    d.program,
+                    d.input
+                ),
+            ));
+        }
         inner.buffer.as_ref().ok_or_else(|| match &inner.shards {
             Some(s) => Error::invalid(
                 "read",

@@ -56,6 +56,7 @@ impl Tensor {
             shards: Some(Box::new(Shards { sharding, buffers })),
             lazy: None,
             booked,
+            donated: std::sync::OnceLock::new(),
         };
         Tensor { inner: Arc::new(inner), autograd: None }
     }
@@ -258,7 +259,7 @@ pub(crate) fn dispatch_partitioned_all(
             joined
                 .iter()
                 .zip(&buffers)
-                .map(|(t, s)| Arg { buffer: &s.buffers[p], completion: t.completion() })
+                .map(|(t, s)| Arg { buffer: &s.buffers[p], completion: t.completion(), donate: false })
                 .collect()
         })
         .collect();
