@@ -812,6 +812,7 @@ NOTEBOOKS = {
                       "    .iter().map(|p| tok.encode(p, false)).collect::<eager_models::Result<_>>()?;\n"
                       "let max_new = 100;\n"
                       "eager::memory::reset_peak();\n"
+                      "let live_before = eager::memory::live_bytes();\n"
                       "let ledger_from = eager::memory::snapshot().timeline.last().map_or(0, |p| p.0);\n"
                       "let opts = GenerateOptions { max_new_tokens: max_new, temperature: 0.7, top_p: Some(0.9), seed: 2,\n"
                       "                             pad_token_id: tok.pad_token_id().unwrap_or(0), mode: DecodeMode::Compiled, ..Default::default() };\n"
@@ -820,9 +821,10 @@ NOTEBOOKS = {
                       "let capacity = eager_models::generate::cache_capacity(prompts.iter().map(Vec::len).max().unwrap_or(0), &opts);\n"
                       "let cache_bytes = (config.num_hidden_layers * 2 * prompts.len() * config.num_key_value_heads * capacity * config.head_dim * 4) as u64;\n"
                       "let ledger = { let mut s = eager::memory::snapshot(); s.timeline.retain(|p| p.0 >= ledger_from); s };\n"
-                      "println!(\"key/value cache: {} layers × keys and values × [{}, {}, {capacity}, {}] f32 = {}; the peak of live device memory: {}\",\n"
+                      "println!(\"key/value cache: {} layers × keys and values × [{}, {}, {capacity}, {}] f32 = {}; the peak of live device memory: {}, {} above what was live before\",\n"
                       "         config.num_hidden_layers, prompts.len(), config.num_key_value_heads, config.head_dim,\n"
-                      "         eager::memory::format_bytes(cache_bytes), eager::memory::format_bytes(ledger.peak_bytes));\n"
+                      "         eager::memory::format_bytes(cache_bytes), eager::memory::format_bytes(ledger.peak_bytes),\n"
+                      "         eager::memory::format_bytes(ledger.peak_bytes.saturating_sub(live_before)));\n"
                       "viz::MemoryChart::new(ledger.clone()).title(\"Device memory: batch-8 generation, the key/value cache\")"),
     ],
     "09-bf16-lora.ipynb": [
