@@ -67,13 +67,18 @@ fn step_with(
 ) -> Result<()> {
     let _full_precision = crate::autocast::AutocastGuard::off();
     // `current`, not `get`: reading a Var inside a compiled function would make it an input.
-    let Some(first) = params.first().map(Var::current) else { return Ok(()) };
-    let local = first.shards().is_none();
-    if crate::compile::ops_as_one() && local && first.device() == crate::default_device() {
+    // Not held across the update: a value nothing holds is written in place (donated).
+    let Some((local, device)) = params.first().map(|p| {
+        let first = p.current();
+        (first.shards().is_none(), first.device())
+    }) else {
+        return Ok(());
+    };
+    if crate::compile::ops_as_one() && local && device == crate::default_device() {
         return no_grad(|| crate::compile::fused_op(name, &update));
     }
     if local {
-        crate::compile::ahead(mark, first.device(), || no_grad(&update));
+        crate::compile::ahead(mark, device, || no_grad(&update));
     }
     no_grad(update)
 }

@@ -198,3 +198,44 @@ fn a_compiled_decode_step_writes_the_cache_in_place() -> Result<()> {
     assert_eq!(v.to_vec::<f32>()?[64..76], [2.0; 12]);
     Ok(())
 }
+
+#[test]
+fn a_fused_region_writes_what_it_replaces_in_place() -> Result<()> {
+    // The Var's old value is held by nothing but the region when it runs: donated.
+    let w = Var::new("w", Tensor::from_slice(&[1.0f32; 64], &[8, 8])?);
+    let halve = || eager::fused(|| w.set(w.get().mul_scalar(0.5)?));
+    halve()?;
+    let (at, live) = (address(&w.get()), eager::memory::live_bytes());
+    halve()?;
+    assert_eq!(address(&w.get()), at, "the region's result took the old value's memory");
+    assert_eq!(eager::memory::live_bytes(), live);
+    assert_eq!(w.get().to_vec::<f32>()?, vec![0.25; 64]);
+    // A value still held is left as it was.
+    let old = w.get();
+    halve()?;
+    assert_eq!(old.to_vec::<f32>()?, vec![0.25; 64]);
+    assert_eq!(w.get().to_vec::<f32>()?, vec![0.125; 64]);
+    Ok(())
+}
+
+#[test]
+fn an_eager_optimizer_step_updates_parameters_and_momentum_in_place() -> Result<()> {
+    use eager::optim::{Optimizer, Sgd};
+    let w = Var::parameter("w", Tensor::from_slice(&[0.5f32; 256], &[16, 16])?)?;
+    let sgd = Sgd::with_momentum(vec![w.clone()], 0.1, 0.9)?;
+    let step = || -> Result<()> {
+        w.get().mul(&w.get())?.sum_all()?.backward()?;
+        sgd.step()?;
+        sgd.zero_grad();
+        Ok(())
+    };
+    step()?;
+    let (at, velocity) = (address(&w.get()), address(&sgd.state()[0].get()));
+    step()?;
+    assert_eq!(address(&w.get()), at, "the parameter");
+    assert_eq!(address(&sgd.state()[0].get()), velocity, "its momentum");
+    // Plain math: v1 = g0 = 1.0, w1 = 0.4; g1 = 0.8, v2 = 0.9 + 0.8 = 1.7, w2 = 0.4 - 0.17.
+    let got = w.get().to_vec::<f32>()?;
+    assert!(got.iter().all(|&x| (x - 0.23).abs() < 1e-6), "{:?}", &got[..4]);
+    Ok(())
+}

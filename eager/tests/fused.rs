@@ -213,3 +213,26 @@ fn random_state_is_fresh_per_run_and_compiled_functions_run_inside() -> Result<(
     assert_eq!(values(&got), vec![5.0, 7.0]);
     Ok(())
 }
+
+#[test]
+fn a_trace_on_one_thread_never_takes_the_fused_region_of_another() {
+    // One thread runs fused regions while another traces compiled functions: both share the
+    // tracer's recording slot, and neither's values may end up in the other's program.
+    let fusing = std::thread::spawn(|| -> eager::Result<()> {
+        for i in 0..300 {
+            let x = Tensor::from_slice(&[i as f32; 16], &[16])?;
+            let y = eager::fused(|| x.add_scalar(1.0)?.mul_scalar(2.0)?.sqrt())?;
+            let want = ((i as f32 + 1.0) * 2.0).sqrt();
+            assert!(y.to_vec::<f32>()?.iter().all(|&v| (v - want).abs() < 1e-5), "region {i}");
+        }
+        Ok(())
+    });
+    let x = Tensor::from_slice(&[3.0f32; 16], &[16]).unwrap();
+    for _ in 0..100 {
+        // A new compiled function each time: each call traces.
+        let f =
+            eager::compile("traced_beside_a_region", |a: &[Tensor]| Ok(vec![a[0].mul_scalar(2.0)?.neg()?]));
+        assert_eq!(f.call(&[&x]).unwrap()[0].to_vec::<f32>().unwrap(), vec![-6.0; 16]);
+    }
+    fusing.join().expect("the fusing thread").expect("every region ran as its own");
+}

@@ -623,7 +623,9 @@ impl<'a> Core<'a> {
         let logits =
             outs.next().ok_or_else(|| ServeError::Engine("the decode step returned nothing".into()))?;
         let rest: Vec<Tensor> = outs.collect();
-        for (j, r) in rows.iter().enumerate() {
+        // Every row's slot takes its new cache, the padding rows' scratch slot too: a slot
+        // passed once was donated to the step (its old tensors hold nothing now).
+        for (j, r) in all.iter().enumerate() {
             self.slots[r.0] = rest[j * per_slot..(j + 1) * per_slot].to_vec();
         }
         let vocab = self.info.vocab_size;

@@ -149,6 +149,21 @@ def test_sixteen_prompts_at_once_each_equal_their_single_result(server, referenc
     assert server.metric("eager_serve_running_batch") <= 4
 
 
+def test_three_requests_decode_in_a_padded_batch_of_four_and_each_matches(server, reference):
+    """Three rows run in the batch of 4 with one padding row on the scratch slot, step after step
+    (a scratch slot passed once is donated to the step and must take the step's new cache)."""
+    tok, greedy = reference
+    prompts = PROMPTS[:3]
+
+    def one(p):
+        return server.client.completions.create(model=NAME, prompt=p, max_tokens=8, temperature=0).choices[0].text
+
+    for _ in range(2):
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            got = list(pool.map(one, prompts))
+        assert got == [greedy(tok(p).input_ids, 8)[1] for p in prompts]
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_and_still_matches(server, reference):
     tok, greedy = reference
     ids = tok(" ".join(PROMPTS)).input_ids[:70]

@@ -126,6 +126,7 @@ struct Recorded {
     outputs: Vec<usize>,
     ops: usize,
     tiered: bool,
+    aliases: Vec<(usize, usize)>,
 }
 
 /// Programs emitted from recordings, by the recording's hash. Emitting is ~2.4 µs an op
@@ -152,9 +153,10 @@ impl Program {
         outputs: &[usize],
         ops: usize,
         tiered: bool,
+        aliases: &[(usize, usize)],
     ) -> Arc<Program> {
         let mut h = rustc_hash::FxHasher::default();
-        (name, params, outputs, ops, tiered, values).hash(&mut h);
+        (name, params, outputs, ops, tiered, values, aliases).hash(&mut h);
         let hash = h.finish();
         let same = |r: &Recorded| {
             r.name == name
@@ -162,22 +164,24 @@ impl Program {
                 && r.ops == ops
                 && r.tiered == tiered
                 && r.outputs == outputs
+                && r.aliases == aliases
                 && r.values == values
         };
         let emitted = EMITTED.get();
         if let Some(p) = lock(emitted).by_hash.get(&hash).and_then(|v| v.iter().find(|(r, _)| same(r))) {
             return p.1.clone();
         }
-        let mut program = Program::new(name, values, params, outputs, ops, &[]);
+        let mut program = Program::new(name, values, params, outputs, ops, aliases);
         program.tiered = tiered;
         let program = Arc::new(program);
-        let recorded =
-            Recorded { name, values: values.to_vec(), params, outputs: outputs.to_vec(), ops, tiered };
+        let count = values.len();
+        let (values, outputs, aliases) = (values.to_vec(), outputs.to_vec(), aliases.to_vec());
+        let recorded = Recorded { name, values, params, outputs, ops, tiered, aliases };
         let mut e = lock(emitted);
-        if e.ops + values.len() > EMITTED_OPS {
+        if e.ops + count > EMITTED_OPS {
             *e = EmittedPrograms::default();
         }
-        e.ops += values.len();
+        e.ops += count;
         e.by_hash.entry(hash).or_default().push((recorded, program.clone()));
         program
     }
@@ -239,15 +243,15 @@ mod tests {
                 (ValueDef::Op { op: Op::Binary(op), inputs: smallvec::smallvec![0, 1] }, f.clone()),
             ]
         };
-        let a = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2], 1, true);
-        let b = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2], 1, true);
+        let a = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2], 1, true, &[]);
+        let b = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2], 1, true, &[]);
         assert!(Arc::ptr_eq(&a, &b), "the same recording: the same program");
         assert!(a.tiered && a.text.contains("stablehlo.multiply"), "{}", a.text);
-        let other = Program::of_recording("emitted_once", &values(Binary::Add), 2, &[2], 1, true);
+        let other = Program::of_recording("emitted_once", &values(Binary::Add), 2, &[2], 1, true, &[]);
         assert!(other.text.contains("stablehlo.add") && !Arc::ptr_eq(&a, &other));
-        let untiered = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2], 1, false);
+        let untiered = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2], 1, false, &[]);
         assert!(!untiered.tiered && !Arc::ptr_eq(&a, &untiered));
-        let more = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2, 0], 1, true);
+        let more = Program::of_recording("emitted_once", &values(Binary::Mul), 2, &[2, 0], 1, true, &[]);
         assert_eq!(more.outputs.len(), 2);
     }
 

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{tracer, Recording, Source, VarSlot};
+use super::{claim_recording, tracer, Recording, Source, VarSlot};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::mesh::{Mesh, Sharding};
@@ -61,8 +61,7 @@ pub(crate) fn trace_function(
             }
         })
         .collect::<Result<_>>()?;
-    *lock(&t.recording) = Some(rec);
-    t.active.store(true, Ordering::Release);
+    claim_recording(rec);
     let returned = f(&arg_tensors);
     t.active.store(false, Ordering::Release);
     let mut rec = lock(&t.recording).take().expect("the recording of this trace");

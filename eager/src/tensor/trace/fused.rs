@@ -6,12 +6,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{record_op, start_recording, take_recording_if, tracer, with_recording, Recording, Source};
+use super::{
+    claim_recording, record_op, start_recording, take_recording_if, tracer, with_recording, Recording, Source,
+};
 use crate::device::Device;
 use crate::error::Result;
 use crate::ops::{Call, Op, Program};
 use crate::runtime;
-use crate::shared::lock;
 use crate::tensor::{Lazy, Tensor};
 
 /// Runs `f` as a fused region (torch_xla's lazy mode, TorchTPU's deferred-and-fused, with
@@ -102,9 +103,7 @@ fn run_recorded() -> Option<Recording> {
 
 /// Puts a fused recording back (a fresh one, after a flush, or one set aside).
 fn put_fused(rec: Recording) {
-    let t = tracer();
-    *lock(&t.recording) = Some(rec);
-    t.active.store(true, Ordering::Release);
+    claim_recording(rec);
 }
 
 /// Runs what this thread's fused region recorded so far, and goes on recording afresh.
@@ -139,6 +138,7 @@ fn run_fused(rec: Recording) {
         return;
     }
     let outputs: Vec<usize> = live.iter().map(|(v, _)| *v).collect();
+    let aliases = donations(&rec, &outputs);
     let program = Program::of_recording(
         rec.region.name,
         &rec.values,
@@ -146,7 +146,9 @@ fn run_fused(rec: Recording) {
         &outputs,
         rec.ops,
         rec.region.tiered,
+        &aliases,
     );
+    let donate: Vec<usize> = aliases.iter().map(|&(p, _)| p).collect();
     let run = || -> Result<Vec<Tensor>> {
         let inputs: Vec<Tensor> = rec
             .sources
@@ -159,7 +161,7 @@ fn run_fused(rec: Recording) {
             .collect::<Result<_>>()?;
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let call = Op::Call(Call { program });
-        Ok(crate::tensor::dispatch::dispatch_all(call, &refs, Some(rec.device))?.into_vec())
+        Ok(crate::tensor::dispatch::dispatch_donating(call, &refs, Some(rec.device), &donate)?.into_vec())
     };
     match run() {
         Ok(outs) => {
@@ -174,6 +176,45 @@ fn run_fused(rec: Recording) {
             }
         }
     }
+}
+
+/// The inputs a region's program may write its results into, as `(parameter, output)`: each
+/// captured tensor that nothing but the recording holds any more (a Var's old value that the
+/// region replaced, an optimizer's old moments, a decode step's old cache), paired with the
+/// first output of its shape and dtype not taken. Nobody can read such a tensor again, so its
+/// memory is given to the result (donated) instead of allocating the result beside it.
+fn donations(rec: &Recording, outputs: &[usize]) -> Vec<(usize, usize)> {
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for (p, s) in rec.sources.iter().enumerate() {
+        let Source::Captured(c) = s else { continue };
+        if c.rank() == 0 || c.other_holders() > 0 || c.shards().is_some() {
+            continue;
+        }
+        let fits = |o: usize| rec.values[outputs[o]].1 == *c.spec() && pairs.iter().all(|&(_, t)| t != o);
+        // Best the output made from it (an update `p - lr·g`, a cache written in place), so
+        // that XLA can write it where it reads it; else any output of its shape and dtype.
+        let made_from = (0..outputs.len()).find(|&o| fits(o) && first_operands_reach(rec, outputs[o], p));
+        if let Some(o) = made_from.or_else(|| (0..outputs.len()).find(|&o| fits(o))) {
+            pairs.push((p, o));
+        }
+    }
+    pairs
+}
+
+/// Whether following the first operand of each op from value `v` reaches parameter `param`:
+/// `v` is an update of it (`param - x`, `dynamic_update_slice(param, …)`, `param * μ + g`).
+fn first_operands_reach(rec: &Recording, mut v: usize, param: usize) -> bool {
+    use crate::ops::ValueDef;
+    for _ in 0..64 {
+        match &rec.values[v].0 {
+            ValueDef::Param(i) => return *i == param,
+            ValueDef::Op { inputs, .. } => match inputs.first() {
+                Some(&first) => v = first,
+                None => return false,
+            },
+        }
+    }
+    false
 }
 
 /// In a fused region on this thread, records `op` on `inputs` (real tensors or earlier

@@ -402,6 +402,23 @@ fn start_recording(rec: Recording) -> bool {
     true
 }
 
+/// Puts `rec` into the tracer's one recording slot, waiting while another thread records
+/// there (its fused region ends soon: one at a time, as [`start_recording`] has it); a trace
+/// or a region resumed never takes the slot from under another thread's recording.
+fn claim_recording(rec: Recording) {
+    let t = tracer();
+    loop {
+        let mut slot = lock(&t.recording);
+        if slot.is_none() {
+            *slot = Some(rec);
+            t.active.store(true, Ordering::Release);
+            return;
+        }
+        drop(slot);
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
 /// Takes the tracer's recording out if `which` picks it (no lock when nothing records).
 fn take_recording_if(which: impl Fn(&Recording) -> bool) -> Option<Recording> {
     let t = tracer();
