@@ -218,6 +218,7 @@ fn random_state_is_fresh_per_run_and_compiled_functions_run_inside() -> Result<(
 fn a_trace_on_one_thread_never_takes_the_fused_region_of_another() {
     // One thread runs fused regions while another traces compiled functions: both share the
     // tracer's recording slot, and neither's values may end up in the other's program.
+    let _serial = common::serial();
     let fusing = std::thread::spawn(|| -> eager::Result<()> {
         for i in 0..300 {
             let x = Tensor::from_slice(&[i as f32; 16], &[16])?;

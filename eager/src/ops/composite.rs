@@ -26,7 +26,9 @@ pub(crate) trait CompositeOps: Operand {
             return Ok(self.clone()); // nothing to normalise (and an empty dim has no max)
         }
         in_f32(&super::autocast_f32(self)?, |x| {
-            let shifted = x.sub(&x.max(&[dim], true)?)?;
+            // The shift cancels in the result, so no gradient flows through the max (as JAX's
+            // stop_gradient there): its backward would be a compare, a count and a scatter.
+            let shifted = x.sub(&x.max(&[dim], true)?.detached())?;
             let e = shifted.exp()?;
             e.div(&e.sum(&[dim], true)?)
         })
@@ -39,7 +41,7 @@ pub(crate) trait CompositeOps: Operand {
             return Ok(self.clone());
         }
         in_f32(&super::autocast_f32(self)?, |x| {
-            let shifted = x.sub(&x.max(&[dim], true)?)?;
+            let shifted = x.sub(&x.max(&[dim], true)?.detached())?; // as softmax's
             let lse = shifted.exp()?.sum(&[dim], true)?.log()?;
             shifted.sub(&lse)
         })
@@ -250,8 +252,9 @@ pub(crate) fn attention<S: Operand>(
         scores = m.where_cond(&scores, &neg_inf)?;
     }
     // A row whose every score is -inf would give NaN (0/0): its max is taken as 0 and its sum
-    // as 1, so its weights and result are 0, as torch's.
-    let max = scores.max(&[-1], true)?;
+    // as 1, so its weights and result are 0, as torch's. The shift cancels: no gradient
+    // flows through it (as softmax's).
+    let max = scores.max(&[-1], true)?.detached();
     let zero = max.scalar_like(0.0)?;
     let max = max.eq(&neg_inf)?.where_cond(&zero, &max)?;
     let e = scores.sub(&max)?.exp()?;

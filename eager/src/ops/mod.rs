@@ -415,6 +415,9 @@ pub(crate) trait Operand: Clone + Sized {
     fn with_host_bounds(self, bounds: Option<(i64, i64)>) -> Self;
     /// Whether it stands for a value of a function being traced (no values yet).
     fn is_traced(&self) -> bool;
+    /// The same value cut from the autograd graph: no gradient flows back through it
+    /// (`jax.lax.stop_gradient`, torch's `detach`).
+    fn detached(&self) -> Self;
 
     fn shape_of(&self) -> &[usize] {
         &self.spec().shape

@@ -362,6 +362,9 @@ impl Tensor {
 }
 
 impl Operand for Tensor {
+    fn detached(&self) -> Tensor {
+        self.detach()
+    }
     fn spec(&self) -> &Spec {
         &self.inner.spec
     }
