@@ -67,7 +67,7 @@ fn step_with(
 ) -> Result<()> {
     let _full_precision = crate::autocast::AutocastGuard::off();
     // `current`, not `get`: reading a Var inside a compiled function would make it an input.
-    // Not held across the update: a value nothing holds is written in place (donated).
+    // Not held across the update: a value still held elsewhere is never donated.
     let Some((local, device)) = params.first().map(|p| {
         let first = p.current();
         (first.shards().is_none(), first.device())

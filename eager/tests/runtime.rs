@@ -243,3 +243,28 @@ fn pjrt_handles_of_another_client_or_a_wrong_size_are_refused() -> Result<()> {
     assert_eq!(scalar.dims().unwrap(), Vec::<i64>::new());
     Ok(())
 }
+
+#[test]
+fn a_program_gets_one_cpu_device_per_core_up_to_four() {
+    // In a child of this test binary with no EAGER_CPU_DEVICES (cargo sets 4 for the tests).
+    let name = "a_program_gets_one_cpu_device_per_core_up_to_four";
+    if std::env::var_os("EAGER_TEST_DEVICE_COUNT").is_some() {
+        let n = eager::devices(eager::DeviceKind::Cpu).expect("the CPU runtime").len();
+        println!("@@cpu devices: {n}@@");
+        return;
+    }
+    let run = |setting: Option<&str>| {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("this test binary"));
+        child.args(["--exact", name, "--nocapture", "--test-threads=1"]).env("EAGER_TEST_DEVICE_COUNT", "1");
+        match setting {
+            Some(n) => child.env("EAGER_CPU_DEVICES", n),
+            None => child.env_remove("EAGER_CPU_DEVICES"),
+        };
+        String::from_utf8_lossy(&child.output().expect("the child runs").stdout).into_owned()
+    };
+    let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let out = run(None);
+    assert!(out.contains(&format!("@@cpu devices: {}@@", cores.min(4))), "{cores} cores: {out}");
+    let out = run(Some("3"));
+    assert!(out.contains("@@cpu devices: 3@@"), "{out}");
+}

@@ -120,6 +120,11 @@ impl Session {
         if std::env::var_os("EAGER_PRELOAD").is_none() {
             std::env::set_var("EAGER_PRELOAD", "1");
         }
+        // Four CPU devices in a session, whatever the cores (a program gets one per core up to
+        // four): the guide's and notebooks' meshes run anywhere.
+        if std::env::var_os("EAGER_CPU_DEVICES").is_none() {
+            std::env::set_var("EAGER_CPU_DEVICES", "4");
+        }
         if let Some(d) = &opts.device {
             let device: eager::Device = d.parse().map_err(|e: String| anyhow!(e))?;
             std::env::set_var("EAGER_DEVICE", device.to_string());
