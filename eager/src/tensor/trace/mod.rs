@@ -402,14 +402,20 @@ fn start_recording(rec: Recording) -> bool {
     true
 }
 
-/// Puts `rec` into the tracer's one recording slot, waiting while another thread records
-/// there (its fused region ends soon: one at a time, as [`start_recording`] has it); a trace
-/// or a region resumed never takes the slot from under another thread's recording.
+/// Puts `rec` into the tracer's one recording slot. Another thread's recording there is waited
+/// for (its fused region ends soon; a trace or a resumed region must not take the slot from
+/// under it), up to [`CLAIM_WAIT`], past which it is taken over (a region whose thread died
+/// mid-way never ends); this thread's own is replaced, as a trace always did.
 fn claim_recording(rec: Recording) {
     let t = tracer();
+    let deadline = std::time::Instant::now() + CLAIM_WAIT;
     loop {
         let mut slot = lock(&t.recording);
-        if slot.is_none() {
+        let free = match slot.as_ref() {
+            None => true,
+            Some(other) => other.thread == rec.thread || std::time::Instant::now() >= deadline,
+        };
+        if free {
             *slot = Some(rec);
             t.active.store(true, Ordering::Release);
             return;
@@ -418,6 +424,9 @@ fn claim_recording(rec: Recording) {
         std::thread::sleep(std::time::Duration::from_micros(50));
     }
 }
+
+/// How long [`claim_recording`] waits for another thread's recording.
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Takes the tracer's recording out if `which` picks it (no lock when nothing records).
 fn take_recording_if(which: impl Fn(&Recording) -> bool) -> Option<Recording> {
