@@ -142,7 +142,8 @@ fn donated_inputs(t: &Traced, inputs: &[Tensor]) -> Vec<usize> {
         let id = inputs[p].data_identity();
         inputs.iter().filter(|x| x.data_identity() == id).count() == 1
     };
-    t.aliases
+    t.program
+        .aliases
         .iter()
         .map(|&(p, _)| p)
         .filter(|&p| inputs[p].rank() > 0)

@@ -19,8 +19,6 @@ use crate::tensor::Tensor;
 /// One trace of a compiled function: its program and what feeds it.
 pub(crate) struct Traced {
     pub(crate) program: Arc<Program>,
-    /// `(parameter, output)` pairs an output may be written into (the program's aliases).
-    pub(crate) aliases: Vec<(usize, usize)>,
     pub(crate) sources: Vec<Source>,
     /// Outputs the function returned (the rest are Var writes).
     pub(crate) returned: usize,
@@ -98,7 +96,6 @@ pub(crate) fn trace_function(
     }
     Ok(Traced {
         program: Arc::new(program),
-        aliases,
         sources,
         returned: returned.len(),
         writes,
