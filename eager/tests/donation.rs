@@ -4,6 +4,9 @@
 //! value. And `dynamic_update_slice` / `dynamic_slice` against plain indexing, with their
 //! gradients against central differences.
 
+// The memory ledger and device addresses are process-wide: every test holds `common::serial`.
+mod common;
+
 use eager::prelude::*;
 use eager::Var;
 
@@ -13,6 +16,7 @@ fn address(t: &Tensor) -> usize {
 
 #[test]
 fn a_donated_argument_holds_the_result_in_its_own_memory() -> Result<()> {
+    let _serial = common::serial();
     let step = eager::compile("bump", |a: &[Tensor]| Ok(vec![a[0].add_scalar(1.0)?, a[1].mul_scalar(2.0)?]))
         .donate([0]);
     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[4])?;
@@ -44,6 +48,7 @@ fn a_donated_argument_holds_the_result_in_its_own_memory() -> Result<()> {
 
 #[test]
 fn an_argument_passed_twice_is_copied_not_donated() -> Result<()> {
+    let _serial = common::serial();
     let step = eager::compile("twice", |a: &[Tensor]| Ok(vec![a[0].add(&a[1])?])).donate([0]);
     let x = Tensor::from_slice(&[1.0f32, 2.0], &[2])?;
     let out = step.call(&[&x, &x])?;
@@ -55,6 +60,7 @@ fn an_argument_passed_twice_is_copied_not_donated() -> Result<()> {
 
 #[test]
 fn donating_what_no_result_replaces_is_an_error_at_the_first_call() -> Result<()> {
+    let _serial = common::serial();
     let step = eager::compile("shrink", |a: &[Tensor]| Ok(vec![a[0].sum_all()?])).donate([0]);
     let x = Tensor::from_slice(&[1.0f32, 2.0], &[2])?;
     let e = step.call(&[&x]).unwrap_err().to_string();
@@ -68,6 +74,7 @@ fn donating_what_no_result_replaces_is_an_error_at_the_first_call() -> Result<()
 
 #[test]
 fn a_var_the_step_overwrites_is_updated_in_place_unless_its_old_value_is_held() -> Result<()> {
+    let _serial = common::serial();
     let w = Var::new("w", Tensor::from_slice(&[1.0f32; 64], &[8, 8])?);
     let step = eager::compile("decay", |_: &[Tensor]| {
         w.set(w.get().mul_scalar(0.5)?)?;
@@ -91,6 +98,7 @@ fn a_var_the_step_overwrites_is_updated_in_place_unless_its_old_value_is_held() 
 
 #[test]
 fn a_copy_keeps_the_values_of_a_tensor_about_to_be_donated() -> Result<()> {
+    let _serial = common::serial();
     let step = eager::compile("neg", |a: &[Tensor]| Ok(vec![a[0].neg()?])).donate([0]);
     let x = Tensor::from_slice(&[1.0f32, -2.0], &[2])?;
     let keep = x.copy()?;
@@ -103,6 +111,7 @@ fn a_copy_keeps_the_values_of_a_tensor_about_to_be_donated() -> Result<()> {
 
 #[test]
 fn dynamic_update_slice_writes_one_block_at_a_start_that_is_data() -> Result<()> {
+    let _serial = common::serial();
     let x = Tensor::from_slice(&(0..24).map(|v| v as f32).collect::<Vec<_>>(), &[2, 4, 3])?;
     let u = Tensor::from_slice(&[-1.0f32, -2.0, -3.0], &[1, 1, 3])?;
     for (start, row) in [(0i64, 0usize), (2, 2), (3, 3), (9, 3)] {
@@ -124,6 +133,7 @@ fn dynamic_update_slice_writes_one_block_at_a_start_that_is_data() -> Result<()>
 
 #[test]
 fn dynamic_update_slice_gradients_match_central_differences() -> Result<()> {
+    let _serial = common::serial();
     let xs: Vec<f64> = (0..6).map(|v| 0.3 * v as f64 - 0.7).collect();
     let us: Vec<f64> = vec![1.5, -0.25];
     let weights: Vec<f64> = (0..6).map(|v| 1.0 + v as f64).collect();
@@ -144,23 +154,21 @@ fn dynamic_update_slice_gradients_match_central_differences() -> Result<()> {
         let u = Tensor::from_slice(us, &[1, 2]).unwrap();
         f(&x, &u).unwrap().item::<f64>().unwrap()
     };
-    let h = 1e-6;
-    for i in 0..6 {
-        let (mut up, mut down) = (xs.clone(), xs.clone());
-        up[i] += h;
-        down[i] -= h;
-        let numeric = (value(&up, &us) - value(&down, &us)) / (2.0 * h);
-        assert!((gx[i] - numeric).abs() < 1e-5, "x[{i}]: {} vs {numeric}", gx[i]);
-    }
+    // Each gradient against (f(v + h) - f(v - h)) / 2h, one element of `at` moved at a time.
+    let check = |what: &str, grad: &[f64], at: &[f64], f_of: &dyn Fn(&[f64]) -> f64| {
+        let h = 1e-6;
+        for i in 0..at.len() {
+            let (mut up, mut down) = (at.to_vec(), at.to_vec());
+            up[i] += h;
+            down[i] -= h;
+            let numeric = (f_of(&up) - f_of(&down)) / (2.0 * h);
+            assert!((grad[i] - numeric).abs() < 1e-5, "{what}[{i}]: {} vs {numeric}", grad[i]);
+        }
+    };
+    check("x", &gx, &xs, &|x| value(x, &us));
     // The overwritten row takes no gradient; the update takes it.
     assert_eq!(&gx[2..4], &[0.0, 0.0]);
-    for i in 0..2 {
-        let (mut up, mut down) = (us.clone(), us.clone());
-        up[i] += h;
-        down[i] -= h;
-        let numeric = (value(&xs, &up) - value(&xs, &down)) / (2.0 * h);
-        assert!((gu[i] - numeric).abs() < 1e-5, "u[{i}]: {} vs {numeric}", gu[i]);
-    }
+    check("u", &gu, &us, &|u| value(&xs, u));
     // dynamic_slice's gradient: the block's gradient lands where it was read.
     let x = Tensor::from_slice(&xs, &[3, 2])?.set_requires_grad(true)?;
     x.dynamic_slice(&at, &[2, 1])?.mul_scalar(3.0)?.sum_all()?.backward()?;
@@ -170,6 +178,7 @@ fn dynamic_update_slice_gradients_match_central_differences() -> Result<()> {
 
 #[test]
 fn a_compiled_decode_step_writes_the_cache_in_place() -> Result<()> {
+    let _serial = common::serial();
     use eager::nn::StaticKvCache;
     // One layer's cache, [1, 2, 16, 4]; the step writes one position and returns the cache.
     let step = eager::compile("decode", |a: &[Tensor]| {
@@ -201,6 +210,7 @@ fn a_compiled_decode_step_writes_the_cache_in_place() -> Result<()> {
 
 #[test]
 fn a_fused_region_writes_what_it_replaces_in_place() -> Result<()> {
+    let _serial = common::serial();
     // The Var's old value is held by nothing but the region when it runs: donated.
     let w = Var::new("w", Tensor::from_slice(&[1.0f32; 64], &[8, 8])?);
     let halve = || eager::fused(|| w.set(w.get().mul_scalar(0.5)?));
@@ -220,6 +230,7 @@ fn a_fused_region_writes_what_it_replaces_in_place() -> Result<()> {
 
 #[test]
 fn a_fused_training_step_updates_parameters_and_momentum_in_place() -> Result<()> {
+    let _serial = common::serial();
     use eager::optim::{Optimizer, Sgd};
     let w = Var::parameter("w", Tensor::from_slice(&[0.5f32; 256], &[16, 16])?)?;
     let sgd = Sgd::with_momentum(vec![w.clone()], 0.1, 0.9)?;
