@@ -21,8 +21,8 @@ use crate::{ModelError, Result};
 pub enum AutoModel {
     /// GPT-2 (`model_type` `gpt2`).
     Gpt2(Gpt2),
-    /// Llama, Mistral, Qwen2, Qwen3 (with per-head query/key norms) and Phi-3 (its fused
-    /// projections split on load).
+    /// Llama, Mistral, Qwen2, Qwen3 (with per-head query/key norms), Phi-3 (its fused
+    /// projections split on load) and Mixtral (a sparse mixture of experts for each MLP).
     Llama(Llama),
     /// GPT-NeoX (`model_type` `gpt_neox`: Pythia, GPT-NeoX-20B).
     GptNeoX(GptNeoX),
@@ -31,7 +31,8 @@ pub enum AutoModel {
 }
 
 /// The `model_type`s that load, and the family each belongs to.
-pub const SUPPORTED: &[&str] = &["gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "phi3", "bert"];
+pub const SUPPORTED: &[&str] =
+    &["gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen3", "phi3", "bert"];
 
 impl AutoModel {
     /// Loads the checkpoint in `dir` onto `device`, in `dtype` (cast on load) or, with `None`,

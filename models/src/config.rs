@@ -11,7 +11,7 @@ use serde_json::Value;
 /// The fields the architectures here read; `raw` keeps the whole file (saved back as it was).
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `model_type` (`gpt2`, `gpt_neox`, `llama`, `mistral`, `qwen2`, `qwen3`, `phi3`, `bert`).
+    /// `model_type` (`gpt2`, `gpt_neox`, `llama`, `mistral`, `mixtral`, `qwen2`, `qwen3`, `phi3`, `bert`).
     pub model_type: String,
     /// `architectures` (`LlamaForCausalLM`, …).
     pub architectures: Vec<String>,
@@ -47,6 +47,12 @@ pub struct Config {
     pub mlp_bias: bool,
     /// RMSNorm on each query and key head before rotary (Qwen3's `q_norm` and `k_norm`).
     pub qk_norm: bool,
+    /// Experts of each layer's sparse MLP (Mixtral's `num_local_experts`); 0: a dense MLP.
+    pub num_experts: usize,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub num_experts_per_tok: usize,
+    /// Whether the chosen experts' router weights are renormalised to sum to 1.
+    pub norm_topk_prob: bool,
     /// Sliding-window attention's window on the layers that use it (Mistral's and Phi-3's
     /// `sliding_window`; Qwen2's and Qwen3's when `use_sliding_window`): a query at position
     /// `i` attends keys `j` with `i - window < j <= i`. `None`: every layer attends fully.
@@ -150,6 +156,9 @@ impl Config {
             o_bias: attention_bias,
             mlp_bias: get(&["mlp_bias"]).and_then(Value::as_bool).unwrap_or(false),
             qk_norm: false,
+            num_experts: 0,
+            num_experts_per_tok: 0,
+            norm_topk_prob: false,
             sliding_window: None,
             sliding_layers: Vec::new(),
             hidden_act: get(&["hidden_act", "activation_function"])
@@ -181,6 +190,7 @@ pub(crate) fn read_sliding_window(cfg: &mut Config) -> std::result::Result<(), S
     let qwen = matches!(cfg.model_type.as_str(), "qwen2" | "qwen3");
     let enabled = match cfg.model_type.as_str() {
         "mistral" | "phi3" => true,
+        "mixtral" => crate::mixtral::slides(raw),
         _ if qwen => raw.get("use_sliding_window").and_then(Value::as_bool).unwrap_or(false),
         _ => false,
     };

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::config::{read_sliding_window, Config};
-use crate::{gpt_neox, io_error, phi3, qwen3, ModelError, Result};
+use crate::{gpt_neox, io_error, mixtral, phi3, qwen3, ModelError, Result};
 
 impl Config {
     /// Reads `config.json` at `path` (transformers 4's or 5's format).
@@ -33,6 +33,7 @@ fn parse(raw: Value) -> std::result::Result<Config, String> {
         "qwen3" => qwen3::read_config(&mut config),
         "gpt_neox" => gpt_neox::read_config(&mut config),
         "phi3" => phi3::read_config(&mut config),
+        "mixtral" => mixtral::read_config(&mut config)?,
         _ => {}
     }
     read_sliding_window(&mut config)?;

@@ -27,6 +27,7 @@ pub mod generate;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod llama;
+pub mod mixtral;
 pub mod phi3;
 pub mod qwen3;
 pub mod save;

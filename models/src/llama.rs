@@ -4,11 +4,13 @@
 //! `default`/`linear`/`llama3` scaling), a SwiGLU MLP, grouped- or multi-query attention,
 //! tied or untied embeddings, sliding-window attention on the layers the config names
 //! (`Config::sliding_window`, `Config::sliding_layers`). Phi-3 (`crate::phi3`) runs here too,
-//! its fused `qkv_proj` and `gate_up_proj` split on load. Parameters keep transformers' names
+//! its fused `qkv_proj` and `gate_up_proj` split on load, and Mixtral (`crate::mixtral`), its
+//! MLPs sparse mixtures of experts ([`LlamaMlp::Sparse`]). Parameters keep transformers' names
 //! (`model.layers.0.self_attn.q_proj.weight`, `…self_attn.q_norm.weight`, …).
 
 use eager::nn::{
-    Embedding, GroupedQueryAttention, Linear, Module, RmsNorm, RotaryEmbedding, StaticKvCache, SwiGlu,
+    Embedding, GroupedQueryAttention, Linear, Module, RmsNorm, RotaryEmbedding, SparseMoe, StaticKvCache,
+    SwiGlu,
 };
 use eager::{DType, Device, Tensor, Var};
 
@@ -25,8 +27,43 @@ pub struct LlamaLayer {
     pub self_attn: GroupedQueryAttention,
     /// The norm before the MLP.
     pub post_attention_layernorm: RmsNorm,
-    /// The gated MLP (`gate_proj`, `up_proj`, `down_proj`).
-    pub mlp: SwiGlu,
+    /// The gated MLP, or Mixtral's experts.
+    pub mlp: LlamaMlp,
+}
+
+/// A decoder layer's MLP: one SwiGLU (`mlp.gate_proj`, `up_proj`, `down_proj`) or a sparse
+/// mixture of SwiGLU experts (Mixtral's `block_sparse_moe`).
+pub enum LlamaMlp {
+    /// One SwiGLU MLP, Hugging Face's `mlp`.
+    Dense(SwiGlu),
+    /// Routed experts, Hugging Face's `block_sparse_moe`.
+    Sparse(SparseMoe),
+}
+
+impl LlamaMlp {
+    /// The parameters' prefix under Hugging Face's names.
+    pub fn hf_name(&self) -> &'static str {
+        match self {
+            LlamaMlp::Dense(_) => "mlp",
+            LlamaMlp::Sparse(_) => "block_sparse_moe",
+        }
+    }
+}
+
+impl Module for LlamaMlp {
+    fn forward(&self, x: &Tensor) -> eager::Result<Tensor> {
+        match self {
+            LlamaMlp::Dense(m) => m.forward(x),
+            LlamaMlp::Sparse(m) => m.forward(x),
+        }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        match self {
+            LlamaMlp::Dense(m) => m.named_parameters(),
+            LlamaMlp::Sparse(m) => m.named_parameters(),
+        }
+    }
 }
 
 /// Llama, and the architectures built the same way (Mistral, Qwen2, Qwen3): embeddings, decoder layers, a final RMSNorm, the output head.
@@ -97,26 +134,32 @@ impl Llama {
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
-            let ([q_proj, k_proj, v_proj], [gate_proj, up_proj]) = if fused {
+            let [q_proj, k_proj, v_proj] = if fused {
                 let qkv =
                     w.get(&format!("{p}.self_attn.qkv_proj.weight"), &[nq + 2 * nkv, h], dtype, device)?;
-                let gate_up = w.get(&format!("{p}.mlp.gate_up_proj.weight"), &[2 * i, h], dtype, device)?;
-                (
-                    [rows(&qkv, 0, nq)?, rows(&qkv, nq, nkv)?, rows(&qkv, nq + nkv, nkv)?],
-                    [rows(&gate_up, 0, i)?, rows(&gate_up, i, i)?],
-                )
+                [rows(&qkv, 0, nq)?, rows(&qkv, nq, nkv)?, rows(&qkv, nq + nkv, nkv)?]
             } else {
-                (
-                    [
-                        linear(&format!("{p}.self_attn.q_proj"), nq, h, cfg.qkv_bias)?,
-                        linear(&format!("{p}.self_attn.k_proj"), nkv, h, cfg.qkv_bias)?,
-                        linear(&format!("{p}.self_attn.v_proj"), nkv, h, cfg.qkv_bias)?,
-                    ],
+                [
+                    linear(&format!("{p}.self_attn.q_proj"), nq, h, cfg.qkv_bias)?,
+                    linear(&format!("{p}.self_attn.k_proj"), nkv, h, cfg.qkv_bias)?,
+                    linear(&format!("{p}.self_attn.v_proj"), nkv, h, cfg.qkv_bias)?,
+                ]
+            };
+            let mlp = if cfg.num_experts > 0 {
+                LlamaMlp::Sparse(crate::mixtral::load_experts(cfg, w, &p, dtype, device)?)
+            } else {
+                let [gate_proj, up_proj] = if fused {
+                    let gate_up =
+                        w.get(&format!("{p}.mlp.gate_up_proj.weight"), &[2 * i, h], dtype, device)?;
+                    [rows(&gate_up, 0, i)?, rows(&gate_up, i, i)?]
+                } else {
                     [
                         linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?,
                         linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?,
-                    ],
-                )
+                    ]
+                };
+                let down_proj = linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?;
+                LlamaMlp::Dense(SwiGlu { gate_proj, up_proj, down_proj })
             };
             layers.push(LlamaLayer {
                 input_layernorm: norm(&format!("{p}.input_layernorm"))?,
@@ -132,11 +175,7 @@ impl Llama {
                     k_norm: head_norm(&format!("{p}.self_attn.k_norm"))?,
                 },
                 post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm"))?,
-                mlp: SwiGlu {
-                    gate_proj,
-                    up_proj,
-                    down_proj: linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?,
-                },
+                mlp,
             });
         }
         // A checkpoint saved with tied embeddings has no lm_head (transformers drops it).
@@ -189,10 +228,16 @@ impl Llama {
                         k_norm: cfg.qk_norm.then(|| RmsNorm::new(hd, cfg.norm_eps, dtype)).transpose()?,
                     },
                     post_attention_layernorm: RmsNorm::new(h, cfg.norm_eps, dtype)?,
-                    mlp: SwiGlu {
-                        gate_proj: lin(i, h, cfg.mlp_bias)?,
-                        up_proj: lin(i, h, cfg.mlp_bias)?,
-                        down_proj: lin(h, i, cfg.mlp_bias)?,
+                    mlp: if cfg.num_experts > 0 {
+                        let mut moe = SparseMoe::new(h, i, cfg.num_experts, cfg.num_experts_per_tok, dtype)?;
+                        moe.norm_topk_prob = cfg.norm_topk_prob;
+                        LlamaMlp::Sparse(moe)
+                    } else {
+                        LlamaMlp::Dense(SwiGlu {
+                            gate_proj: lin(i, h, cfg.mlp_bias)?,
+                            up_proj: lin(i, h, cfg.mlp_bias)?,
+                            down_proj: lin(h, i, cfg.mlp_bias)?,
+                        })
                     },
                 })
             })
@@ -223,16 +268,12 @@ impl CausalLm for Llama {
     fn prepare_inference(&self) -> Result<()> {
         let mut projections: Vec<&Linear> = Vec::new();
         for l in &self.layers {
-            let (a, m) = (&l.self_attn, &l.mlp);
-            projections.extend([
-                &a.q_proj,
-                &a.k_proj,
-                &a.v_proj,
-                &a.o_proj,
-                &m.gate_proj,
-                &m.up_proj,
-                &m.down_proj,
-            ]);
+            let a = &l.self_attn;
+            projections.extend([&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]);
+            // Experts stay stacked `[E, out, in]`: their batched matmuls read them as they are.
+            if let LlamaMlp::Dense(m) = &l.mlp {
+                projections.extend([&m.gate_proj, &m.up_proj, &m.down_proj]);
+            }
         }
         // A head tied to the embeddings keeps the embeddings' layout (their lookups read rows).
         if !self.lm_head.weight.ptr_eq(&self.embed_tokens.weight) {
@@ -326,7 +367,7 @@ impl Module for Llama {
                 ("input_layernorm", l.input_layernorm.named_parameters()),
                 ("self_attn", attn),
                 ("post_attention_layernorm", l.post_attention_layernorm.named_parameters()),
-                ("mlp", l.mlp.named_parameters()),
+                (l.mlp.hf_name(), l.mlp.named_parameters()),
             ];
             for (name, params) in sub {
                 v.extend(params.into_iter().map(|(n, var)| (format!("{p}.{name}.{n}"), var)));

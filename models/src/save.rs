@@ -26,6 +26,10 @@ pub fn save_pretrained(
         // Phi-3 runs on split projections; transformers reads them fused.
         tensors = crate::phi3::fuse_for_save(tensors)?;
     }
+    if config.num_experts > 0 {
+        // The experts run stacked; transformers reads one tensor per expert.
+        tensors = crate::mixtral::split_for_save(tensors)?;
+    }
     let dtype = tensors.iter().map(|(_, t)| t.dtype()).find(|d| d.is_float()).unwrap_or(DType::F32);
     let mut raw = config.raw.clone();
     if let Some(obj) = raw.as_object_mut() {

@@ -142,6 +142,29 @@ fn qwen3_qk_norm_explicit_head_dim_matches() {
     );
 }
 
+/// Mixtral: 4 experts, 2 per token (routers scaled so that no choice ties), grouped queries;
+/// the prompt's 15 tokens run the grouped experts, one decoding sequence the gathered ones (2
+/// pairs < 4 experts), the batch of two the grouped ones again; in every decode mode; cast to
+/// bf16 on load it stays close; it saves under Hugging Face's per-expert names.
+#[test]
+fn mixtral_experts_match() {
+    check_causal("mixtral", None, 1e-4, true);
+    let model = load(&fixture("mixtral"), None);
+    assert_eq!((model.config().num_experts, model.config().num_experts_per_tok), (4, 2));
+    let r = refs("mixtral");
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
+        assert_eq!(greedy(&model, &batch, mode), want, "mixtral, {mode:?}");
+    }
+    let prompt = ids_of(&r["prompt_ids"]);
+    let reference = npy(fixture("mixtral").join("ref_logits.npy"));
+    let err = rel_err(&prompt_logits(&load(&fixture("mixtral"), Some(DType::BF16)), &prompt), &reference);
+    assert!(err <= 5e-2, "mixtral cast to bf16: error {err}");
+    assert!(shapes(&fixture("mixtral")).contains_key("model.layers.1.block_sparse_moe.experts.3.w2.weight"));
+    assert_saves_same_names(&model, "mixtral");
+}
+
 /// Mistral's sliding window (4, every layer) over prompts of 37 and 15 tokens: the prompt's
 /// logits, then greedy tokens past the window through the static cache (one prompt and a
 /// left-padded batch; eager, fused and compiled decode).
