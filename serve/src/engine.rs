@@ -300,6 +300,22 @@ fn buckets(min: usize, max: usize) -> Vec<usize> {
     b
 }
 
+/// The prompt-chunk buckets up to `chunk`: powers of two from 16 to 64, then every multiple of
+/// 64, then `chunk`. A chunk pays for its padding as for real tokens (prefill's cost is linear in
+/// its length): with powers of two a 400-token prompt ran 256 + 256 where 256 + 192 do, for one
+/// program more than powers of two at a chunk of 256.
+fn prefill_buckets(chunk: usize) -> Vec<usize> {
+    let mut b = buckets(16.min(chunk), 64.min(chunk));
+    b.pop();
+    let mut n = 64.min(chunk);
+    while n < chunk {
+        b.push(n);
+        n += 64;
+    }
+    b.push(chunk);
+    b
+}
+
 fn bucket_for(buckets: &[usize], n: usize) -> usize {
     buckets.iter().copied().find(|&b| b >= n).unwrap_or(n)
 }
@@ -375,7 +391,7 @@ impl<'a> Core<'a> {
             slots: n,
             kv_cache_bytes: slot_bytes * n as u64,
             decode_buckets: buckets(1, n),
-            prefill_buckets: buckets(16.min(chunk), chunk),
+            prefill_buckets: prefill_buckets(chunk),
             vocab_size: cfg.vocab_size,
             warmup_seconds: 0.0,
         };
@@ -717,5 +733,15 @@ mod tests {
         assert_eq!(buckets(1, 1), vec![1]);
         assert_eq!(bucket_for(&[1, 2, 4, 6], 5), 6);
         assert_eq!(bucket_for(&[16, 32], 3), 16);
+    }
+
+    #[test]
+    fn prefill_buckets_step_by_64_past_64() {
+        assert_eq!(prefill_buckets(256), vec![16, 32, 64, 128, 192, 256]);
+        assert_eq!(prefill_buckets(200), vec![16, 32, 64, 128, 192, 200]);
+        assert_eq!(prefill_buckets(64), vec![16, 32, 64]);
+        assert_eq!(prefill_buckets(40), vec![16, 32, 40]);
+        assert_eq!(prefill_buckets(8), vec![8]);
+        assert_eq!(prefill_buckets(512).len(), 10);
     }
 }
