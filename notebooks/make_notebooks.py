@@ -642,6 +642,37 @@ NOTEBOOKS = {
                           "device is its own chip."),
         new_code_cell("let (r, step_profile) = viz::profile(|| train(&model, &xs, &ys, 1));\nr?;\nstep_profile.timeline()"),
         new_code_cell("step_profile"),
+        new_markdown_cell("## Experts over the mesh: Mixtral's mixture of experts\n\n"
+                          "A Mixtral layer's MLP is 8 experts, of which a router picks 2 per token "
+                          "(`eager::nn::SparseMoe`, what `AutoModel` builds for a `mixtral` checkpoint). Split the "
+                          "experts' stacked weights over a 4-device axis — two experts per device — and the layer "
+                          "runs expert-parallel, as GShard and Mixtral 8x7B on a TPU pod do: the tokens in one group "
+                          "per device, each group's tokens gathered into slots per expert, an **all-to-all** sending "
+                          "the slots to the devices that hold their experts, and a second one bringing the results "
+                          "back. Compiled, the layer is one SPMD program; its output is the single-device one."),
+        new_code_cell("use eager::nn::SparseMoe;\n"
+                      "eager::manual_seed(0);\n"
+                      "let (moe_summary, moe_profile) = {\n"
+                      "    let moe = SparseMoe::new(64, 128, 8, 2, DType::F32)?; // hidden 64, experts of 128, 8 of them, 2 a token\n"
+                      "    moe.gate.weight.set(moe.gate.weight.get().mul_scalar(20.0)?)?; // a decisive router: no near ties\n"
+                      "    let tokens = Tensor::randn(&[32, 64], DType::F32)?;\n"
+                      "    let single = moe.forward(&tokens)?;\n"
+                      "    let ep = Mesh::new(&[(\"expert\", 4)])?;\n"
+                      "    moe.gate.weight.set(moe.gate.weight.get().replicate(&ep)?)?;\n"
+                      "    for w in [&moe.w1, &moe.w2, &moe.w3] { w.set(w.get().shard(&ep, &P::new(&[Some(\"expert\")]))?)?; }\n"
+                      "    let layer = eager::compile(\"moe_layer\", |a: &[Tensor]| Ok(vec![moe.forward(&a[0])?]));\n"
+                      "    let xs = tokens.replicate(&ep)?;\n"
+                      "    layer.call(&[&xs])?; // traced and compiled once\n"
+                      "    let (out, p) = viz::profile(|| layer.call(&[&xs]));\n"
+                      "    let out = out?.remove(0);\n"
+                      "    let diff = out.to(Device::cpu())?.sub(&single)?.abs()?.flatten()?.max(&[0], false)?.item::<f32>()?;\n"
+                      "    let collectives: Vec<String> = p.ops().filter_map(|e| e.info.mesh.clone()).flat_map(|m| m.collectives).collect();\n"
+                      "    let per_device = moe.w1.get().sharding().unwrap().shard_shape(moe.w1.get().shape());\n"
+                      "    (format!(\"experts' w1 {:?}, {:?} on each device; 32 tokens, largest difference to one device {diff:.1e}; \\\n"
+                      "              collectives in the layer's program: {collectives:?}\", moe.w1.get().shape(), per_device), p)\n"
+                      "};\n"
+                      "moe_summary"),
+        new_code_cell("moe_profile"),
     ],
     "08-hf-llama.ipynb": [
         new_markdown_cell("# A Hugging Face Llama, from scratch\n\n"

@@ -150,6 +150,10 @@ def check_multi_device(nb):
     dp = re.search(r"data-parallel on 4 devices: loss ([\d.]+) -> ([\d.]+), accuracy ([\d.]+)%; "
                    r"largest loss difference to one device ([\d.e+-]+)", text)
     assert dp and float(dp[2]) < 0.5 * float(dp[1]) and float(dp[3]) > 90 and float(dp[4]) < 1e-3, text
+    # Mixtral's experts over 4 devices: the single-device output, tokens exchanged by all-to-all.
+    moe = re.search(r"experts' w1 \[8, 128, 64\], \[2, 128, 64\] on each device; 32 tokens, largest difference to one "
+                    r"device ([\d.e+-]+); collectives in the layer's program: (\[.*\])", text)
+    assert moe and float(moe[1]) < 1e-4 and moe[2].count("all-to-all") >= 2, text
     # The timelines draw a lane per device of the mesh.
     svgs = list(outputs(nb, "image/svg+xml"))
     assert any(all(f"cpu:{d}" in svg for d in range(4)) for svg in svgs)
