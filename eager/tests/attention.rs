@@ -168,7 +168,8 @@ fn appending_to_the_cache_gives_causal_attention_over_the_sequence() -> Result<(
     let q = Tensor::randn(&[b, h, t, d], DType::F32)?;
     let k = Tensor::randn(&[b, hkv, t, d], DType::F32)?;
     let v = Tensor::randn(&[b, hkv, t, d], DType::F32)?;
-    let full = values(&attend_heads(&q, &k, &v, None, true, None)?);
+    let full =
+        values(&attend_heads(&q, &k, &v, AttentionOptions { causal: true, ..Default::default() }, None)?);
     let mut cache = StaticKvCache::new(b, hkv, cap, d, DType::F32, eager::default_device())?;
     assert!(cache.is_empty());
     // A prefill of 3 positions, then one at a time.
@@ -184,7 +185,13 @@ fn appending_to_the_cache_gives_causal_attention_over_the_sequence() -> Result<(
     let mut given = StaticKvCache::new(b, hkv, cap, d, DType::F32, eager::default_device())?;
     let start = Tensor::from_slice(&[0i64], &[])?;
     let mask = bools(|i| i % cap <= i / cap, &[1, 1, t, cap]);
-    let out = attend_heads(&q, &k, &v, Some(&mask), false, Some((&mut given, &start)))?;
+    let out = attend_heads(
+        &q,
+        &k,
+        &v,
+        AttentionOptions { mask: Some(&mask), ..Default::default() },
+        Some((&mut given, &start)),
+    )?;
     assert_all_close("attend_heads through a cache", &values(&out), &full, 1e-5, 1e-6);
     assert_eq!(given.len(), 0, "positions given by the caller are not counted");
     // Past the capacity.

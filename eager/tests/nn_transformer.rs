@@ -12,6 +12,11 @@ use eager::nn::{
 };
 use eager::{DType, Tensor};
 
+/// Attention options of a bool mask alone.
+fn masked(mask: &Tensor) -> AttentionOptions<'_> {
+    AttentionOptions { mask: Some(mask), ..Default::default() }
+}
+
 fn seq(n: usize, k: f32) -> Vec<f32> {
     (0..n).map(|i| ((i as f32 * k).sin() * 1.7).round() / 2.0 + (i % 3) as f32 * 0.1).collect()
 }
@@ -304,11 +309,11 @@ fn a_cache_of_rows_writes_each_at_its_own_position_and_attends_as_one_batch() {
     let seen: Vec<u8> = (0..2 * cap).map(|i| ((i % cap) <= [2, 4][i / cap]) as u8).collect();
     let mask = Tensor::from_bytes_on(&seen, &[2, 1, 1, cap], DType::Bool, dev).unwrap();
     let mut batched = StaticKvCache::from_parts(old_k.clone(), old_v.clone()).unwrap();
-    let a = batched.attend(&q, &k, &v, &start, Some(&mask)).unwrap().to_vec::<f32>().unwrap();
+    let a = batched.attend(&q, &k, &v, &start, masked(&mask)).unwrap().to_vec::<f32>().unwrap();
     let row = |t: &Tensor, j: usize| t.narrow(0, j, 1).unwrap();
     let mut rows =
         StaticKvCache::from_rows((0..2).map(|j| (row(&old_k, j), row(&old_v, j))).collect()).unwrap();
-    let b = rows.attend(&q, &k, &v, &start, Some(&mask)).unwrap().to_vec::<f32>().unwrap();
+    let b = rows.attend(&q, &k, &v, &start, masked(&mask)).unwrap().to_vec::<f32>().unwrap();
     close(&b, &a, 1e-6, "rows against one batch");
     assert_eq!(
         rows.keys().unwrap().to_vec::<f32>().unwrap(),

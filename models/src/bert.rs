@@ -3,7 +3,10 @@
 //! exact GELU. Tensors named `embeddings.…`/`encoder.layer.0.…`, or under `bert.` as a task
 //! model saves them; the pooler, when present, is not used.
 
-use eager::nn::{attend_heads, gelu_exact, merge_heads, split_heads, Embedding, LayerNorm, Linear, Module};
+use eager::nn::{
+    attend_heads, gelu_exact, merge_heads, split_heads, AttentionOptions, Embedding, LayerNorm, Linear,
+    Module,
+};
 use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
@@ -140,7 +143,13 @@ impl Bert {
         for l in &self.layers {
             let split = |p: &Linear| split_heads(&p.forward(&x)?, heads);
             let (q, k, v) = (split(&l.query)?, split(&l.key)?, split(&l.value)?);
-            let a = attend_heads(&q, &k, &v, mask.as_ref(), false, None)?;
+            let a = attend_heads(
+                &q,
+                &k,
+                &v,
+                AttentionOptions { mask: mask.as_ref(), ..Default::default() },
+                None,
+            )?;
             let a = l.attention_output.forward(&merge_heads(&a)?)?;
             x = l.attention_norm.forward(&a.add(&x)?)?;
             let m = l.output.forward(&gelu_exact(&l.intermediate.forward(&x)?)?)?;

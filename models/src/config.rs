@@ -53,6 +53,33 @@ pub struct Config {
     pub num_experts_per_tok: usize,
     /// Whether the chosen experts' router weights are renormalised to sum to 1.
     pub norm_topk_prob: bool,
+    /// Width of each routed expert (Qwen-MoE's `moe_intermediate_size`; Mixtral's
+    /// `intermediate_size`).
+    pub moe_intermediate_size: usize,
+    /// Width of the expert every token takes beside the routed ones (Qwen2-MoE's
+    /// `shared_expert_intermediate_size`); 0: none.
+    pub shared_expert_intermediate_size: usize,
+    /// Per layer, whether its MLP is the experts (Qwen-MoE's `decoder_sparse_step` and
+    /// `mlp_only_layers`; every layer for Mixtral).
+    pub sparse_layers: Vec<bool>,
+    /// The checkpoint's names for the experts' block and projections.
+    pub moe_names: MoeNames,
+    /// Added to every RMSNorm's weight (Gemma's `1 + weight`: 1; else 0).
+    pub norm_offset: f64,
+    /// Norms after attention and after the MLP too, as well as before (Gemma 2 and 3's
+    /// `pre_feedforward_layernorm`, `post_feedforward_layernorm`).
+    pub sandwich_norms: bool,
+    /// The token embeddings are multiplied by √hidden, rounded to the weights' dtype (Gemma).
+    pub scale_embeddings: bool,
+    /// Multiplies the attention scores (Gemma's `query_pre_attn_scalar^-½`); `None`: `1 / √head_dim`.
+    pub attn_scale: Option<f64>,
+    /// Soft cap on the attention scores (Gemma 2's `attn_logit_softcapping`).
+    pub attn_softcap: Option<f64>,
+    /// Soft cap on the logits (Gemma 2's `final_logit_softcapping`).
+    pub final_softcap: Option<f64>,
+    /// The rope base of the sliding-window layers where it differs (Gemma 3's
+    /// `rope_local_base_freq`, or `rope_parameters.sliding_attention`).
+    pub rope_local_theta: Option<f64>,
     /// Sliding-window attention's window on the layers that use it (Mistral's and Phi-3's
     /// `sliding_window`; Qwen2's and Qwen3's when `use_sliding_window`): a query at position
     /// `i` attends keys `j` with `i - window < j <= i`. `None`: every layer attends fully.
@@ -75,6 +102,20 @@ pub struct Config {
     pub pad_token_id: Option<u32>,
     /// The whole `config.json`, as read.
     pub raw: Value,
+}
+
+/// How a family names its experts: the block (`block_sparse_moe`, `mlp`) and each expert's
+/// gate, up and down projections (`w1`, `w3`, `w2`; `gate_proj`, `up_proj`, `down_proj`).
+#[derive(Debug, Clone, Default)]
+pub struct MoeNames {
+    /// The experts' block under each layer.
+    pub block: &'static str,
+    /// An expert's gate projection.
+    pub gate: &'static str,
+    /// An expert's up projection.
+    pub up: &'static str,
+    /// An expert's down projection.
+    pub down: &'static str,
 }
 
 impl Config {
@@ -159,6 +200,17 @@ impl Config {
             num_experts: 0,
             num_experts_per_tok: 0,
             norm_topk_prob: false,
+            moe_intermediate_size: 0,
+            shared_expert_intermediate_size: 0,
+            sparse_layers: Vec::new(),
+            moe_names: MoeNames::default(),
+            norm_offset: 0.0,
+            sandwich_norms: false,
+            scale_embeddings: false,
+            attn_scale: None,
+            attn_softcap: None,
+            final_softcap: None,
+            rope_local_theta: None,
             sliding_window: None,
             sliding_layers: Vec::new(),
             hidden_act: get(&["hidden_act", "activation_function"])
@@ -178,29 +230,31 @@ impl Config {
     }
 }
 
-/// [`Config::sliding_window`] and [`Config::sliding_layers`], as transformers decides them:
-/// Mistral and Phi-3 slide on every layer when `sliding_window` is set (when the field is
-/// absent: Mistral 4096, Phi-3 none; null: none); Qwen2 and Qwen3 only with `use_sliding_window`, on the layers `layer_types`
-/// names `sliding_attention` or, without `layer_types`, on layers `max_window_layers` (28)
-/// and up. Other families never slide.
-pub(crate) fn read_sliding_window(cfg: &mut Config) -> std::result::Result<(), String> {
+/// How a family reads its sliding window (each family's rule is in `family.rs`).
+pub(crate) struct SlidingRule {
+    /// Whether the config's window applies at all (Qwen's `use_sliding_window`; Mixtral only
+    /// when `sliding_window` is set).
+    pub enabled: bool,
+    /// The window when the config has no `sliding_window` field (Mistral's and the Gemmas'
+    /// 4096; Phi-3's none).
+    pub default_window: Option<usize>,
+    /// Whether `layer_types` names the sliding layers (Qwen, Gemma); otherwise every layer slides.
+    pub per_layer: bool,
+    /// The sliding layers when `layer_types` is absent (`per_layer` families).
+    pub default_layers: Vec<bool>,
+}
+
+/// [`Config::sliding_window`] and [`Config::sliding_layers`] by a family's `rule`: a query at
+/// position `i` attends keys `j` with `i - window < j <= i`; `sliding_window` null means none.
+pub(crate) fn read_sliding_window(cfg: &mut Config, rule: SlidingRule) -> std::result::Result<(), String> {
     let n = cfg.num_hidden_layers;
     cfg.sliding_layers = vec![false; n];
     let raw = &cfg.raw;
-    let qwen = matches!(cfg.model_type.as_str(), "qwen2" | "qwen3");
-    let enabled = match cfg.model_type.as_str() {
-        "mistral" | "phi3" => true,
-        "mixtral" => crate::mixtral::slides(raw),
-        _ if qwen => raw.get("use_sliding_window").and_then(Value::as_bool).unwrap_or(false),
-        _ => false,
-    };
-    if !enabled {
+    if !rule.enabled {
         return Ok(());
     }
     let window = match raw.get("sliding_window") {
-        // MistralConfig's default; Phi3Config's is none.
-        None if cfg.model_type == "mistral" => Some(4096),
-        None => None,
+        None => rule.default_window,
         Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
             Some(w) if w > 0 => Some(w as usize),
@@ -208,7 +262,7 @@ pub(crate) fn read_sliding_window(cfg: &mut Config) -> std::result::Result<(), S
         },
     };
     let Some(window) = window else { return Ok(()) };
-    cfg.sliding_layers = if !qwen {
+    cfg.sliding_layers = if !rule.per_layer {
         vec![true; n]
     } else if let Some(types) = raw.get("layer_types").filter(|v| !v.is_null()) {
         let types = types.as_array().ok_or("`layer_types` must be a list")?;
@@ -224,8 +278,10 @@ pub(crate) fn read_sliding_window(cfg: &mut Config) -> std::result::Result<(), S
             })
             .collect::<std::result::Result<_, String>>()?
     } else {
-        let first = raw.get("max_window_layers").and_then(Value::as_u64).unwrap_or(28) as usize;
-        (0..n).map(|l| l >= first).collect()
+        if rule.default_layers.len() != n {
+            return Err(format!("{} default sliding layers for {n} layers", rule.default_layers.len()));
+        }
+        rule.default_layers
     };
     if cfg.sliding_layers.iter().any(|&s| s) {
         cfg.sliding_window = Some(window);
@@ -234,7 +290,7 @@ pub(crate) fn read_sliding_window(cfg: &mut Config) -> std::result::Result<(), S
 }
 
 /// `rope_scaling` (transformers 4) or `rope_parameters` (5): `rope_type` (or the older `type`).
-fn parse_rope_scaling(v: Option<&Value>) -> std::result::Result<RopeScaling, String> {
+pub(crate) fn parse_rope_scaling(v: Option<&Value>) -> std::result::Result<RopeScaling, String> {
     let Some(v) = v.filter(|v| v.is_object()) else { return Ok(RopeScaling::Default) };
     let kind = v.get("rope_type").or_else(|| v.get("type")).and_then(Value::as_str).unwrap_or("default");
     let num =

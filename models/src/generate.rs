@@ -95,7 +95,10 @@ pub fn prepare_for_inference(
             v.set_requires_grad(false)?;
         }
     }
-    if projections.first().is_some_and(|p| p.weight.get().device().kind != eager::DeviceKind::Cpu) {
+    // Not over a mesh either: its weights' split is along their stored dims (and on the CPU
+    // plugin the transposes of large split weights, launched back to back, hung in a collective).
+    let first = projections.first().map(|p| p.weight.get());
+    if first.is_some_and(|w| w.device().kind != eager::DeviceKind::Cpu || w.sharding().is_some()) {
         return Ok(());
     }
     for p in projections {

@@ -4,7 +4,8 @@
 //! (saved by `GPT2LMHeadModel`) or `h.0.…` (the original `gpt2` on the Hub): both load.
 
 use eager::nn::{
-    attend_heads, gelu, layer_norm, merge_heads, split_qkv, Embedding, LayerNorm, Module, StaticKvCache,
+    attend_heads, gelu, layer_norm, merge_heads, split_qkv, AttentionOptions, Embedding, LayerNorm, Module,
+    StaticKvCache,
 };
 use eager::{DType, Device, Tensor, Var};
 
@@ -155,7 +156,7 @@ impl CausalLm for Gpt2 {
         for (i, blk) in self.h.iter().enumerate() {
             let [q, k, v] = split_qkv(&blk.c_attn.forward(&blk.ln_1.forward(&x)?)?, heads)?;
             let layer_cache = cache.as_mut().map(|(c, start)| (&mut c[i], *start));
-            let a = attend_heads(&q, &k, &v, Some(mask), true, layer_cache)?;
+            let a = attend_heads(&q, &k, &v, AttentionOptions::causal_under(Some(mask)), layer_cache)?;
             let a = blk.attn_c_proj.forward(&merge_heads(&a)?)?;
             x = x.add(&a)?;
             let m = blk.mlp_c_proj.forward(&gelu(&blk.c_fc.forward(&blk.ln_2.forward(&x)?)?)?)?;

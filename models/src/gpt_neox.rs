@@ -11,8 +11,8 @@
 //! transformers' names (`gpt_neox.layers.0.attention.query_key_value.weight`, …).
 
 use eager::nn::{
-    apply_rotary, attend_heads, gelu, gelu_exact, merge_heads, split_heads, Embedding, LayerNorm, Linear,
-    Module, RotaryEmbedding, StaticKvCache,
+    apply_rotary, attend_heads, gelu, gelu_exact, merge_heads, split_heads, AttentionOptions, Embedding,
+    LayerNorm, Linear, Module, RotaryEmbedding, StaticKvCache,
 };
 use eager::{DType, Device, Tensor, Var};
 use serde_json::Value;
@@ -212,7 +212,13 @@ impl GptNeoX {
         let q = self.rotate(&qkv.narrow(-1, 0, hd)?, rope.0, rope.1)?;
         let k = self.rotate(&qkv.narrow(-1, hd, hd)?, rope.0, rope.1)?;
         let v = qkv.narrow(-1, 2 * hd, hd)?;
-        Ok(layer.dense.forward(&merge_heads(&attend_heads(&q, &k, &v, Some(mask), true, cache)?)?)?)
+        Ok(layer.dense.forward(&merge_heads(&attend_heads(
+            &q,
+            &k,
+            &v,
+            AttentionOptions::causal_under(Some(mask)),
+            cache,
+        )?)?)?)
     }
 
     fn mlp(&self, layer: &GptNeoXLayer, x: &Tensor) -> Result<Tensor> {

@@ -28,7 +28,7 @@ pub fn save_pretrained(
     }
     if config.num_experts > 0 {
         // The experts run stacked; transformers reads one tensor per expert.
-        tensors = crate::mixtral::split_for_save(tensors)?;
+        tensors = crate::moe::split_for_save(tensors, &config.moe_names)?;
     }
     let dtype = tensors.iter().map(|(_, t)| t.dtype()).find(|d| d.is_float()).unwrap_or(DType::F32);
     let mut raw = config.raw.clone();

@@ -1,12 +1,14 @@
 //! The tensors of a checkpoint: `model.safetensors`, or the shards `model.safetensors.index.json`
 //! maps names to. Files are memory-mapped and their headers read once; a tensor is read on
 //! request straight from the mapping, checked against the shape the architecture expects,
-//! cast on the host when asked for another dtype, and uploaded once.
+//! cast on the host when asked for another dtype, and uploaded once: to one device, or (a
+//! [`Placement`] over a mesh) each device's block to that device alone.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use eager::{DType, Device, Tensor};
+use eager::{DType, Device, Mesh, PartitionSpec, Tensor};
 use half::{bf16, f16};
 use memmap2::Mmap;
 use safetensors::{Dtype as SafeDtype, SafeTensors};
@@ -104,6 +106,29 @@ impl Weights {
     /// Tensor `name` of `shape`, in `dtype`, on `device`: an error names a missing tensor or
     /// a shape that differs from what the config implies.
     pub fn get(&self, name: &str, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        self.get_placed(name, shape, dtype, &Placement::Device(device), None)
+    }
+
+    /// Tensor `name` placed by `placement`, split along dim `split` when it is a mesh's.
+    pub fn get_placed(
+        &self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        placement: &Placement,
+        split: Option<usize>,
+    ) -> Result<Tensor> {
+        let dtype = if self.entries.get(name).is_some_and(|e| !e.dtype.is_float()) {
+            self.entries[name].dtype
+        } else {
+            dtype
+        };
+        placement.place(&self.bytes(name, shape, dtype)?, shape, dtype, split)
+    }
+
+    /// The bytes of tensor `name` (checked to be of `shape`) in `dtype` (cast on the host when
+    /// stored in another float type; integer tensors keep theirs).
+    pub fn bytes(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Cow<'_, [u8]>> {
         let e = self
             .entries
             .get(name)
@@ -118,12 +143,87 @@ impl Weights {
             });
         }
         let bytes = &map[e.range.0..e.range.1];
-        let t = if e.dtype == dtype || !e.dtype.is_float() {
-            Tensor::from_bytes_on(bytes, shape, e.dtype, device)?
+        Ok(if e.dtype == dtype || !e.dtype.is_float() {
+            Cow::Borrowed(bytes)
         } else {
-            Tensor::from_bytes_on(&cast(bytes, e.dtype, dtype)?, shape, dtype, device)?
-        };
-        Ok(t)
+            Cow::Owned(cast(bytes, e.dtype, dtype)?)
+        })
+    }
+}
+
+/// Where loaded weights go: one device, or split over one axis of a mesh (each weight along
+/// the dim its layer names; the rest whole on every device).
+#[derive(Clone)]
+pub enum Placement {
+    /// Every weight on this device.
+    Device(Device),
+    /// Weights split over mesh axis `axis`.
+    Mesh {
+        /// The mesh.
+        mesh: Mesh,
+        /// The axis weights are split over.
+        axis: String,
+    },
+}
+
+impl Placement {
+    /// The devices' count along the split axis (1 on one device).
+    pub fn parts(&self) -> usize {
+        match self {
+            Placement::Device(_) => 1,
+            Placement::Mesh { mesh, axis } => {
+                mesh.axes().iter().find(|(a, _)| a == axis).map_or(1, |(_, n)| *n)
+            }
+        }
+    }
+
+    /// The spec that splits dim `split` of `shape` over the axis, or whole (a dim the axis does
+    /// not divide stays whole).
+    fn spec(&self, shape: &[usize], split: Option<usize>) -> PartitionSpec {
+        let Placement::Mesh { axis, .. } = self else { return PartitionSpec::replicated() };
+        match split {
+            Some(d) if d < shape.len() && shape[d].is_multiple_of(self.parts()) => {
+                let dims: Vec<Option<&str>> =
+                    (0..shape.len()).map(|i| (i == d).then_some(axis.as_str())).collect();
+                PartitionSpec::new(&dims)
+            }
+            _ => PartitionSpec::replicated(),
+        }
+    }
+
+    /// Row-major `bytes` of `shape` and `dtype` uploaded: to the device, or each device's block
+    /// of a split along dim `split` to that device alone.
+    pub fn place(&self, bytes: &[u8], shape: &[usize], dtype: DType, split: Option<usize>) -> Result<Tensor> {
+        Ok(match self {
+            Placement::Device(d) => Tensor::from_bytes_on(bytes, shape, dtype, *d)?,
+            Placement::Mesh { mesh, .. } => {
+                Tensor::from_bytes_sharded(bytes, shape, dtype, mesh, &self.spec(shape, split))?
+            }
+        })
+    }
+
+    /// An already placed tensor split along dim `split` instead (weights cut from a fused one).
+    pub fn resplit(&self, t: &Tensor, split: Option<usize>) -> Result<Tensor> {
+        Ok(match self {
+            Placement::Device(_) => t.clone(),
+            Placement::Mesh { mesh, .. } => t.shard(mesh, &self.spec(t.shape(), split))?,
+        })
+    }
+
+    /// The device small tables (rotary's) are made on before they are placed.
+    pub fn first_device(&self) -> Device {
+        match self {
+            Placement::Device(d) => *d,
+            Placement::Mesh { mesh, .. } => mesh.devices()[0],
+        }
+    }
+
+    /// A tensor made on [`Placement::first_device`] made whole on every device of the mesh.
+    pub fn whole(&self, t: Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Placement::Device(_) => t,
+            Placement::Mesh { mesh, .. } => t.replicate(mesh)?,
+        })
     }
 }
 

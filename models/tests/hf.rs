@@ -165,6 +165,83 @@ fn mixtral_experts_match() {
     assert_saves_same_names(&model, "mixtral");
 }
 
+/// Qwen2-MoE: routed experts (not renormalised) beside a shared expert behind its sigmoid gate
+/// on layer 0, a dense MLP on layer 1 (`mlp_only_layers`), q/k/v biases; Qwen3-MoE: per-head
+/// q/k norms, renormalised experts on every layer. Both in every decode mode, saved under the
+/// checkpoint's names (`mlp.experts.{e}.gate_proj`, …).
+#[test]
+fn qwen_moe_shared_expert_and_dense_layers_match() {
+    for name in ["qwen2_moe", "qwen3_moe"] {
+        check_causal(name, None, 1e-4, true);
+        let model = load(&fixture(name), None);
+        let r = refs(name);
+        let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+        let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+        assert_eq!(greedy(&model, &batch, DecodeMode::Compiled), want, "{name}, compiled");
+        assert_saves_same_names(&model, name);
+    }
+    let c = load(&fixture("qwen2_moe"), None).config().clone();
+    assert_eq!(
+        (c.sparse_layers.clone(), c.shared_expert_intermediate_size, c.norm_topk_prob),
+        (vec![true, false], 40, false)
+    );
+    assert!(shapes(&fixture("qwen2_moe")).contains_key("model.layers.0.mlp.shared_expert_gate.weight"));
+}
+
+/// Gemma 2: embeddings scaled by √hidden, `1 + weight` norms (randomised) before and after
+/// attention and the MLP, GeGLU, scores scaled by `query_pre_attn_scalar^-½`, attention and
+/// logit soft caps (small, so that they bend), a sliding window of 4 on layer 0 over prompts of
+/// 37 and 15 tokens, a tied head; in every decode mode; bf16 stays close; saves its names.
+#[test]
+fn gemma2_sandwich_norms_soft_caps_sliding_window_match() {
+    check_causal("gemma2", None, 1e-4, true);
+    let model = load(&fixture("gemma2"), None);
+    let c = model.config();
+    assert_eq!((c.attn_softcap, c.final_softcap, c.sliding_window), (Some(0.05), Some(0.5), Some(4)));
+    assert_eq!(c.sliding_layers, vec![true, false]);
+    let r = refs("gemma2");
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
+        assert_eq!(greedy(&model, &batch, mode), want, "gemma2, {mode:?}");
+    }
+    let prompt = ids_of(&r["prompt_ids"]);
+    let reference = npy(fixture("gemma2").join("ref_logits.npy"));
+    let err = rel_err(&prompt_logits(&load(&fixture("gemma2"), Some(DType::BF16)), &prompt), &reference);
+    assert!(err <= 5e-2, "gemma2 cast to bf16: error {err}");
+    assert_saves_same_names(&model, "gemma2");
+}
+
+/// Gemma 3's text model: per-head `1 + weight` q/k norms, rope base 10⁶ on the global layer and
+/// 10⁴ on the sliding one (transformers 5's per-layer-type `rope_parameters`), no soft caps; the
+/// same checkpoint with transformers 4's `rope_theta` and `rope_local_base_freq` reads the same.
+#[test]
+fn gemma3_local_rope_qk_norms_match() {
+    check_causal("gemma3", None, 1e-4, true);
+    let model = load(&fixture("gemma3"), None);
+    let c = model.config();
+    assert_eq!((c.rope_theta, c.rope_local_theta, c.attn_softcap), (1e6, Some(1e4), None));
+    assert_saves_same_names(&model, "gemma3");
+    let r = refs("gemma3");
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    assert_eq!(greedy(&model, &batch, DecodeMode::Compiled), want, "gemma3, compiled");
+    let dir = copy_fixture("gemma3");
+    let path = dir.path().join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let obj = cfg.as_object_mut().unwrap();
+    obj.remove("rope_parameters");
+    obj.remove("layer_types");
+    obj.insert("rope_theta".into(), 1e6.into());
+    obj.insert("rope_local_base_freq".into(), 1e4.into());
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let v4 = load(dir.path(), None);
+    assert_eq!(v4.config().sliding_layers, vec![true, false], "sliding_window_pattern 2");
+    let prompt = ids_of(&r["prompt_ids"]);
+    let err = rel_err(&prompt_logits(&v4, &prompt), &npy(fixture("gemma3").join("ref_logits.npy")));
+    assert!(err <= 1e-4, "gemma3, transformers 4's config: {err}");
+}
+
 /// Mistral's sliding window (4, every layer) over prompts of 37 and 15 tokens: the prompt's
 /// logits, then greedy tokens past the window through the static cache (one prompt and a
 /// left-padded batch; eager, fused and compiled decode).

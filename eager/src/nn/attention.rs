@@ -42,23 +42,20 @@ pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
 
 /// One step's attention of split heads, q `[B, heads, T, d]` and k, v `[B, kv_heads, T, d]`
 /// (`kv_heads` dividing `heads`): without a cache, [`scaled_dot_product_attention`] over the
-/// step's own positions, causal if `causal`, under `mask` (broadcast to `[B, heads, T, T]`);
-/// with `(cache, start)`, the keys and values go to the cache's slots from `start` and the
-/// queries attend the whole cache under `mask` alone (bool, `[B, 1, T, capacity]`, which
-/// holds the causal rule), as [`StaticKvCache::attend`]. `[B, heads, T, d]`.
+/// step's own positions with `opts` (its mask broadcast to `[B, heads, T, T]`); with
+/// `(cache, start)`, the keys and values go to the cache's slots from `start` and the queries
+/// attend the whole cache under `opts.mask` alone (bool, `[B, 1, T, capacity]`, which holds
+/// the causal rule: `opts.causal` is not read), as [`StaticKvCache::attend`]. `[B, heads, T, d]`.
 pub fn attend_heads(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: Option<&Tensor>,
-    causal: bool,
+    opts: AttentionOptions,
     cache: Option<(&mut StaticKvCache, &Tensor)>,
 ) -> Result<Tensor> {
     match cache {
-        Some((cache, start)) => cache.attend(q, k, v, start, mask),
-        None => {
-            scaled_dot_product_attention(q, k, v, AttentionOptions { mask, causal, ..Default::default() })
-        }
+        Some((cache, start)) => cache.attend(q, k, v, start, opts),
+        None => scaled_dot_product_attention(q, k, v, opts),
     }
 }
 
@@ -116,7 +113,13 @@ impl MultiheadAttention {
     pub fn attend(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
         crate::compile::fused_op("attention", || {
             let [q, k, v] = self.project(x)?;
-            self.out_proj.forward(&merge_heads(&attend_heads(&q, &k, &v, mask, self.causal, None)?)?)
+            self.out_proj.forward(&merge_heads(&attend_heads(
+                &q,
+                &k,
+                &v,
+                AttentionOptions { mask, causal: self.causal, ..Default::default() },
+                None,
+            )?)?)
         })
     }
 

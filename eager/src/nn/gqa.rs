@@ -1,11 +1,13 @@
-//! Grouped-query attention as Llama, Mistral, Qwen2 and Qwen3 have it (`q_proj`, `k_proj`,
-//! `v_proj`, `o_proj`; fewer key/value heads than query heads, rotary positions; Qwen3's
-//! RMSNorm on each query and key head, `q_norm`/`k_norm`), decoding into a
-//! [`StaticKvCache`], its heads split, attended and merged by the shared pieces of
-//! `nn::attention`; and Llama's gated MLP.
+//! Grouped-query attention as Llama, Mistral, Qwen2, Qwen3 and Gemma have it (`q_proj`,
+//! `k_proj`, `v_proj`, `o_proj`; fewer key/value heads than query heads, rotary positions;
+//! Qwen3's and Gemma 3's RMSNorm on each query and key head, `q_norm`/`k_norm`; Gemma's score
+//! scale and soft cap), decoding into a [`StaticKvCache`], its heads split, attended and
+//! merged by the shared pieces of `nn::attention`; and the gated MLP (Llama's SwiGLU, Gemma's
+//! GeGLU).
 
 use super::{
-    apply_rotary, attend_heads, merge_heads, prefixed, split_heads, Linear, Module, RmsNorm, StaticKvCache,
+    apply_rotary, attend_heads, gelu, merge_heads, prefixed, split_heads, AttentionOptions, Linear, Module,
+    RmsNorm, StaticKvCache,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -33,6 +35,10 @@ pub struct GroupedQueryAttention {
     pub q_norm: Option<RmsNorm>,
     /// The same on each key head (Qwen3's `k_norm`).
     pub k_norm: Option<RmsNorm>,
+    /// Multiplies `q kᵀ` (Gemma's `query_pre_attn_scalar^-½`); `None`: `1 / √head_dim`.
+    pub scale: Option<f64>,
+    /// Gemma 2's soft cap on the scores (`attn_logit_softcapping`); `None`: none.
+    pub softcap: Option<f64>,
 }
 
 impl GroupedQueryAttention {
@@ -62,6 +68,8 @@ impl GroupedQueryAttention {
             head_dim,
             q_norm: None,
             k_norm: None,
+            scale: None,
+            softcap: None,
         })
     }
 
@@ -92,7 +100,12 @@ impl GroupedQueryAttention {
         let q = apply_rotary(&norm(&self.q_norm, q)?, cos, sin)?;
         let k = apply_rotary(&norm(&self.k_norm, k)?, cos, sin)?;
         let v = split_heads(&self.v_proj.forward(x)?, self.kv_heads)?;
-        self.o_proj.forward(&merge_heads(&attend_heads(&q, &k, &v, mask, true, cache)?)?)
+        let opts = AttentionOptions {
+            scale: self.scale,
+            softcap: self.softcap,
+            ..AttentionOptions::causal_under(mask)
+        };
+        self.o_proj.forward(&merge_heads(&attend_heads(&q, &k, &v, opts, cache)?)?)
     }
 
     /// An empty cache for this layer.
@@ -116,7 +129,18 @@ impl GroupedQueryAttention {
     }
 }
 
-/// Llama's MLP: `down_proj(silu(gate_proj(x)) * up_proj(x))`.
+/// The gate's activation in a gated MLP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GateActivation {
+    /// SiLU: SwiGLU (Llama, Mistral, Qwen, Phi-3, Mixtral's experts).
+    #[default]
+    Silu,
+    /// GELU's tanh approximation: GeGLU (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// The gated MLP: `down_proj(act(gate_proj(x)) * up_proj(x))`, `act` SiLU (Llama's SwiGLU) or
+/// GELU-tanh (Gemma's GeGLU).
 pub struct SwiGlu {
     /// The gate projection, `hidden -> intermediate`.
     pub gate_proj: Linear,
@@ -124,6 +148,8 @@ pub struct SwiGlu {
     pub up_proj: Linear,
     /// The down projection, `intermediate -> hidden`.
     pub down_proj: Linear,
+    /// The gate's activation.
+    pub act: GateActivation,
 }
 
 impl SwiGlu {
@@ -133,6 +159,7 @@ impl SwiGlu {
             gate_proj: Linear::with_options(hidden, intermediate, bias, dtype)?,
             up_proj: Linear::with_options(hidden, intermediate, bias, dtype)?,
             down_proj: Linear::with_options(intermediate, hidden, bias, dtype)?,
+            act: GateActivation::Silu,
         })
     }
 }
@@ -140,7 +167,12 @@ impl SwiGlu {
 impl Module for SwiGlu {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         crate::compile::fused_op("swiglu", || {
-            self.down_proj.forward(&self.gate_proj.forward(x)?.silu()?.mul(&self.up_proj.forward(x)?)?)
+            let gate = self.gate_proj.forward(x)?;
+            let gate = match self.act {
+                GateActivation::Silu => gate.silu()?,
+                GateActivation::GeluTanh => gelu(&gate)?,
+            };
+            self.down_proj.forward(&gate.mul(&self.up_proj.forward(x)?)?)
         })
     }
 

@@ -183,24 +183,21 @@ impl StaticKvCache {
     }
 
     /// Writes `k` and `v` at `start` (as [`StaticKvCache::write`]), then attends the queries
-    /// `q` `[B, heads, T, head_dim]` to the whole cache under `mask` (bool, broadcast to
-    /// `[B, 1, T, capacity]`): `[B, heads, T, head_dim]`. Each part attends its own rows.
+    /// `q` `[B, heads, T, head_dim]` to the whole cache under `opts.mask` (bool, broadcast to
+    /// `[B, 1, T, capacity]`; it holds the causal rule, `opts.causal` is not read) with
+    /// `opts`' scale and soft cap: `[B, heads, T, head_dim]`. Each part attends its own rows.
     pub fn attend(
         &mut self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
         start: &Tensor,
-        mask: Option<&Tensor>,
+        opts: AttentionOptions,
     ) -> Result<Tensor> {
         self.write(k, v, start)?;
+        let (mask, opts) = (opts.mask, AttentionOptions { causal: false, ..opts });
         if let [(keys, values)] = self.parts.as_slice() {
-            return scaled_dot_product_attention(
-                q,
-                keys,
-                values,
-                AttentionOptions { mask, ..Default::default() },
-            );
+            return scaled_dot_product_attention(q, keys, values, opts);
         }
         // Several parts hold at least two rows: a mask with a row per sequence is split with them.
         let per_row_mask = mask.filter(|m| m.rank() == 4 && m.shape()[0] == self.batch());
@@ -212,8 +209,8 @@ impl StaticKvCache {
                 Some(all) => Some(all.narrow(0, row, n)?),
                 None => mask.cloned(),
             };
-            let opts = AttentionOptions { mask: m.as_ref(), ..Default::default() };
-            outs.push(scaled_dot_product_attention(&q.narrow(0, row, n)?, keys, values, opts)?);
+            let part = AttentionOptions { mask: m.as_ref(), ..opts };
+            outs.push(scaled_dot_product_attention(&q.narrow(0, row, n)?, keys, values, part)?);
             row += n;
         }
         Tensor::cat(&outs.iter().collect::<Vec<_>>(), 0)
@@ -239,7 +236,8 @@ impl StaticKvCache {
         // Query i sees slot p where p - i <= len.
         let rows = Tensor::arange_on(0.0, t as f64, 1.0, DType::I64, dev)?.reshape(&[-1, 1])?;
         let seen = self.slots.reshape(&[1, -1])?.sub(&rows)?.le_scalar(self.len as f64)?;
-        let out = self.attend(q, k, v, &start, Some(&seen))?;
+        let out =
+            self.attend(q, k, v, &start, AttentionOptions { mask: Some(&seen), ..Default::default() })?;
         self.len += t;
         Ok(out)
     }

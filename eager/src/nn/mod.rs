@@ -32,7 +32,7 @@ pub use container::{Flatten, Sequential};
 pub use conv::Conv2d;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
-pub use gqa::{GroupedQueryAttention, SwiGlu};
+pub use gqa::{GateActivation, GroupedQueryAttention, SwiGlu};
 pub use kv_cache::StaticKvCache;
 pub use linear::Linear;
 pub use lora::{apply_lora, Lora, LoraConfig, LoraLinear};

@@ -11,12 +11,14 @@
 //! - **gathered weights**, when fewer (token, choice) pairs than experts (decoding a few
 //!   sequences): each pair gathers its expert's weights, so a step reads `n·k` experts, not
 //!   all `E`;
+//! - a **shared expert** (Qwen2-MoE's), where there is one, runs on every token beside the
+//!   routed ones, its output scaled by `sigmoid(shared_expert_gate(x))`;
 //! - **expert parallel**, when the stacked weights are split over a mesh axis on their expert
 //!   dim: the tokens are split over the same axis in groups, each group fills its own slots,
 //!   an `all_to_all` sends each expert's slots to the devices holding it, and a second one
 //!   brings the results back (GShard's layout). Outputs equal one device's.
 
-use super::{prefixed, Linear, Module};
+use super::{prefixed, Linear, Module, SwiGlu};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::mesh::{Mesh, PartitionSpec as P};
@@ -39,6 +41,9 @@ pub struct SparseMoe {
     /// Whether the chosen experts' weights are renormalised to sum to 1 (Mixtral always;
     /// Qwen2-MoE's `norm_topk_prob`).
     pub norm_topk_prob: bool,
+    /// An expert every token goes through (Qwen2-MoE's `shared_expert`), with its gate
+    /// (`shared_expert_gate`, `hidden -> 1`, through a sigmoid).
+    pub shared_expert: Option<(SwiGlu, Linear)>,
 }
 
 impl SparseMoe {
@@ -60,6 +65,7 @@ impl SparseMoe {
             w3: normal(&[experts, intermediate, hidden])?,
             top_k,
             norm_topk_prob: true,
+            shared_expert: None,
         };
         moe.check()?;
         Ok(moe)
@@ -232,6 +238,13 @@ impl Module for SparseMoe {
                 }
             }
         };
+        let out = match &self.shared_expert {
+            Some((expert, gate)) => {
+                let tokens = x.reshape(&[n as isize, h as isize])?;
+                out.add(&expert.forward(&tokens)?.mul(&gate.forward(&tokens)?.sigmoid()?)?)?
+            }
+            None => out,
+        };
         out.reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())
     }
 
@@ -242,6 +255,10 @@ impl Module for SparseMoe {
             ("experts.w2".to_string(), self.w2.clone()),
             ("experts.w3".to_string(), self.w3.clone()),
         ]);
+        if let Some((expert, gate)) = &self.shared_expert {
+            v.extend(prefixed("shared_expert", expert.named_parameters()));
+            v.extend(prefixed("shared_expert_gate", gate.named_parameters()));
+        }
         v
     }
 }

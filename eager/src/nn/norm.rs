@@ -120,18 +120,30 @@ pub struct RmsNorm {
     pub weight: Var,
     /// Added to the mean square for stability.
     pub eps: f64,
+    /// Added to the weight, in f32, before it scales (Gemma's `1 + weight`: 1, its weights
+    /// start at zeros; 0 for every other family).
+    pub offset: f64,
 }
 
 impl RmsNorm {
     /// An RMS norm over a last dim of `dim`, with `eps`, of `dtype`.
     pub fn new(dim: usize, eps: f64, dtype: DType) -> Result<RmsNorm> {
-        Ok(RmsNorm { weight: Var::parameter("weight", Tensor::ones(&[dim], dtype)?)?, eps })
+        Ok(RmsNorm { weight: Var::parameter("weight", Tensor::ones(&[dim], dtype)?)?, eps, offset: 0.0 })
+    }
+
+    /// Gemma's RMS norm, `x̂ · (1 + weight)`: weights zeros.
+    pub fn gemma(dim: usize, eps: f64, dtype: DType) -> Result<RmsNorm> {
+        Ok(RmsNorm { weight: Var::parameter("weight", Tensor::zeros(&[dim], dtype)?)?, eps, offset: 1.0 })
     }
 }
 
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        rms_norm(x, Some(&self.weight.get()), self.eps)
+        let w = self.weight.get();
+        if self.offset == 0.0 {
+            return rms_norm(x, Some(&w), self.eps);
+        }
+        rms_norm(x, Some(&w.to_dtype(DType::F32)?.add_scalar(self.offset)?), self.eps)
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {

@@ -19,8 +19,18 @@ pub struct AttentionOptions<'a> {
     pub causal: bool,
     /// Multiplies `q kᵀ`; `None` is `1 / √d`.
     pub scale: Option<f64>,
+    /// Caps the scaled scores softly, `cap · tanh(scores / cap)`, before the mask (Gemma 2's
+    /// `attn_logit_softcapping`); `None`: no cap.
+    pub softcap: Option<f64>,
     /// Probability of zeroing each attention weight (the rest scaled by `1 / (1 - p)`).
     pub dropout: f64,
+}
+
+impl<'a> AttentionOptions<'a> {
+    /// Causal attention under `mask` too, torch's other defaults: a decoder's usual step.
+    pub fn causal_under(mask: Option<&'a Tensor>) -> AttentionOptions<'a> {
+        AttentionOptions { mask, causal: true, ..Default::default() }
+    }
 }
 
 /// `softmax(q kᵀ scale + mask) v` for q `[B, H, L, d]`, k `[B, Hkv, S, d]`, v `[B, Hkv, S, dv]`
@@ -34,7 +44,8 @@ pub fn scaled_dot_product_attention(
     opts: AttentionOptions,
 ) -> Result<Tensor> {
     crate::compile::fused_op("attention", || {
-        crate::ops::composite::attention(q, k, v, opts.mask, opts.causal, opts.scale, opts.dropout)
+        let scores = crate::ops::composite::Scores { scale: opts.scale, softcap: opts.softcap };
+        crate::ops::composite::attention(q, k, v, opts.mask, opts.causal, scores, opts.dropout)
     })
 }
 

@@ -97,7 +97,7 @@ pub(crate) trait CompositeOps: Operand {
         mask: Option<&Self>,
         causal: bool,
     ) -> Result<Self> {
-        attention(self, k, v, mask, causal, None, 0.0)
+        attention(self, k, v, mask, causal, Scores::default(), 0.0)
     }
 
     /// `[*, classes]` i64 rows with a 1 at each index (torch's `one_hot`): a scatter of ones,
@@ -160,15 +160,24 @@ impl<T: Operand> CompositeOps for T {}
 /// in f32 for f16/bf16 inputs, the weights rounded back once before the product with v. A row
 /// with nothing to attend gives 0, as torch 2.9, not NaN. q, k and v are on autocast's
 /// low-precision list.
+/// How attention's scores are made from `q kᵀ`: multiplied by `scale` (`None`: `1 / √d`), then,
+/// with `softcap`, squashed to `cap · tanh(scores / cap)`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Scores {
+    pub scale: Option<f64>,
+    pub softcap: Option<f64>,
+}
+
 pub(crate) fn attention<S: Operand>(
     q: &S,
     k: &S,
     v: &S,
     mask: Option<&S>,
     causal: bool,
-    scale: Option<f64>,
+    scores_opts: Scores,
     dropout: f64,
 ) -> Result<S> {
+    let Scores { scale, softcap } = scores_opts;
     let (q, k, v) = (&super::autocast_low(q)?, &super::autocast_low(k)?, &super::autocast_low(v)?);
     let (qs, ks, vs) = (q.shape_of(), k.shape_of(), v.shape_of());
     let rank = qs.len();
@@ -229,6 +238,10 @@ pub(crate) fn attention<S: Operand>(
     };
     let rows = if grouped { retail(q, rank - 3, &[kv, g * l, d])? } else { q.clone() };
     let mut scores = rows.matmul_transposed(k, false, true)?.to_dtype(compute)?.mul_scalar(scale)?;
+    if let Some(cap) = softcap {
+        // Gemma 2's soft cap, before the mask: `cap · tanh(scores / cap)`.
+        scores = scores.div_scalar(cap)?.tanh()?.mul_scalar(cap)?;
+    }
     if grouped {
         scores = retail(&scores, rank - 2, &[g, l, s])?;
     }
