@@ -26,6 +26,10 @@ struct Args {
     /// The device, `cpu:0`, `tpu:0`, `cuda:0` (default: eager's default device).
     #[arg(long)]
     device: Option<String>,
+    /// Split the model over this many devices of `--device`'s kind, from it on (tensor
+    /// parallelism over a mesh axis `model`, as vLLM's `--tensor-parallel-size`).
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel: usize,
     /// Most sequences decoding together.
     #[arg(long, default_value_t = 8)]
     max_batch: usize,
@@ -64,8 +68,25 @@ fn main() -> anyhow::Result<()> {
     };
     eager::set_default_device(device);
     let started = std::time::Instant::now();
-    let model = AutoModel::from_dir(&args.model, device, dtype)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let model = if args.tensor_parallel > 1 {
+        let all = eager::devices(device.kind).context("listing the devices")?;
+        let chips: Vec<Device> =
+            all.iter().copied().filter(|d| d.index >= device.index).take(args.tensor_parallel).collect();
+        if chips.len() < args.tensor_parallel {
+            anyhow::bail!(
+                "--tensor-parallel {} needs {} {:?} devices from {device} on; there are {}",
+                args.tensor_parallel,
+                args.tensor_parallel,
+                device.kind,
+                chips.len()
+            );
+        }
+        let mesh = eager::Mesh::with_devices(&[("model", args.tensor_parallel)], &chips)?;
+        AutoModel::from_dir_sharded(&args.model, &mesh, dtype)
+    } else {
+        AutoModel::from_dir(&args.model, device, dtype)
+    }
+    .with_context(|| format!("loading {}", args.model.display()))?;
     let tokenizer = Tokenizer::from_dir(&args.model)
         .with_context(|| format!("the tokenizer of {}", args.model.display()))?;
     let name = args.served_model_name.clone().unwrap_or_else(|| {

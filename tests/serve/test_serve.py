@@ -40,10 +40,10 @@ PROMPTS = [
 class Served:
     """One eager-serve process on a free port; `url` once it answers."""
 
-    def __init__(self, *args, model=FIXTURE):
+    def __init__(self, *args, model=FIXTURE, env=None):
         self.proc = subprocess.Popen(
             [str(BINARY), "--model", str(model), "--port", "0", "--served-model-name", NAME, *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         line = self.proc.stdout.readline()
         m = re.search(r"at (http://\S+)", line)
         if not m:
@@ -183,6 +183,21 @@ def test_a_last_chunk_near_the_cache_end_is_prefilled_from_earlier_and_still_mat
         r = s.client.completions.create(model=NAME, prompt=ids, max_tokens=3, temperature=0)
         assert r.choices[0].text == greedy(ids, 3)[1]
         assert r.usage.prompt_tokens == 37
+    finally:
+        s.stop()
+
+
+def test_a_model_split_over_four_devices_serves_transformers_greedy_text(reference):
+    """--tensor-parallel 4: the weights split over the CPU plugin's 4 devices as they are read
+    (column- and row-parallel projections, the vocabulary split); eight prompts at once, each
+    the text transformers generates."""
+    tok, greedy = reference
+    s = Served("--tensor-parallel", "4", "--max-batch", "4", env={"EAGER_CPU_DEVICES": "4"})
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda p: s.client.completions.create(
+                model=NAME, prompt=p, max_tokens=8, temperature=0).choices[0].text, PROMPTS))
+        assert answers == [greedy(tok(p).input_ids, 8)[1] for p in PROMPTS]
     finally:
         s.stop()
 

@@ -104,6 +104,14 @@ impl RotaryEmbedding {
         Ok(self)
     }
 
+    /// The table (if made) whole on every device of `mesh`, for a model placed over it.
+    pub fn replicate(mut self, mesh: &crate::mesh::Mesh) -> Result<RotaryEmbedding> {
+        if let Some((cos, sin)) = self.table.take() {
+            self.table = Some((cos.replicate(mesh)?, sin.replicate(mesh)?));
+        }
+        Ok(self)
+    }
+
     /// cos and sin `[..., T, dim]` for integer `positions` `[..., T]` (each frequency twice,
     /// as transformers' `cat((freqs, freqs), -1)`), in `dtype`; the angles are computed in f32.
     pub fn cos_sin(&self, positions: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
@@ -117,6 +125,11 @@ impl RotaryEmbedding {
                 let mut shape: Vec<isize> = positions.shape().iter().map(|&d| d as isize).collect();
                 shape.push(self.dim as isize);
                 let rows = positions.reshape(&[-1])?;
+                // A table placed over a mesh (a sharded model's) looks up positions made on one device.
+                let rows = match cos.sharding() {
+                    Some(s) if rows.sharding().is_none() => rows.replicate(s.mesh())?,
+                    _ => rows,
+                };
                 let look = |t: &Tensor| t.index_select(0, &rows)?.reshape(&shape)?.to_dtype(dtype);
                 return Ok((look(cos)?, look(sin)?));
             }

@@ -91,19 +91,45 @@ impl Tensor {
             return Ok(super::dispatch(pin(), &[self], None)?.with_host_bounds(self.host_bounds()));
         }
         let whole = super::download(self)?;
-        let elem = self.dtype().size_in_bytes();
-        let block = Spec::new(&sharding.shard_shape(self.shape()), self.dtype());
-        let mut buffers = Vec::with_capacity(mesh.size());
+        Ok(Tensor::upload_blocks(&whole, self.spec(), sharding)?.with_host_bounds(self.host_bounds()))
+    }
+
+    /// Row-major `bytes` of `shape` and `dtype` split over `mesh` as `spec` says, each device's
+    /// block cut on the host and uploaded to that device alone: no device ever holds the
+    /// whole tensor (how a checkpoint too big for one chip is placed as it is read).
+    pub fn from_bytes_sharded(
+        bytes: &[u8],
+        shape: &[usize],
+        dtype: crate::dtype::DType,
+        mesh: &Mesh,
+        spec: &PartitionSpec,
+    ) -> Result<Tensor> {
+        let full = Spec::new(shape, dtype);
+        let Some((_, size)) = full.checked_size() else {
+            return Err(Error::shape("from_bytes_sharded", crate::ops::too_large(&full)));
+        };
+        if size != bytes.len() {
+            let msg = format!("{} bytes do not fill {full} ({size} bytes)", bytes.len());
+            return Err(Error::shape("from_bytes_sharded", msg));
+        }
+        Tensor::upload_blocks(bytes, &full, Sharding::new(mesh, spec, shape)?)
+    }
+
+    /// Each device's block of `whole` (row-major, of `spec`) uploaded to it.
+    fn upload_blocks(whole: &[u8], spec: &Spec, sharding: Sharding) -> Result<Tensor> {
+        let shape = &spec.shape[..];
+        let elem = spec.dtype.size_in_bytes();
+        let block = Spec::new(&sharding.shard_shape(shape), spec.dtype);
+        let mut buffers = Vec::with_capacity(sharding.mesh().size());
         let mut rt = None;
-        for (p, &device) in mesh.devices().iter().enumerate() {
-            let part = copy_block(&whole, self.shape(), &sharding.shard_ranges(self.shape(), p), elem, None);
+        for (p, &device) in sharding.mesh().devices().iter().enumerate() {
+            let part = copy_block(whole, shape, &sharding.shard_ranges(shape, p), elem, None);
             let (buffer, runtime) = runtime::upload(&part, &block, device)?;
             buffers.push(buffer);
             rt = Some(runtime);
         }
         let rt = rt.expect("a mesh has devices");
-        let t = Tensor::from_shards(buffers, self.spec().clone(), sharding, rt, None, Completion::ready());
-        Ok(t.with_host_bounds(self.host_bounds()))
+        Ok(Tensor::from_shards(buffers, spec.clone(), sharding, rt, None, Completion::ready()))
     }
 
     /// This tensor whole on every device of `mesh` (JAX's `P()`).
@@ -187,8 +213,8 @@ pub(crate) fn gather(t: &Tensor, shards: &Shards) -> Result<Vec<u8>> {
 }
 
 /// Runs `op` on inputs of which at least one is sharded, as one SPMD program over its mesh.
-/// Scalars on one device join as replicated; anything else on one device, or on another
-/// mesh, is an error. The result is split as the op's [`Op::dim_sources`] allow (whole on
+/// Scalars on one device join as replicated, and so does anything on one device while a
+/// function is traced; anything else on one device, or on another mesh, is an error. The result is split as the op's [`Op::dim_sources`] allow (whole on
 /// every device where nothing says otherwise).
 pub(crate) fn dispatch_partitioned(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let mut outs = dispatch_partitioned_all(op, inputs, |_, _| None)?;
@@ -214,7 +240,9 @@ pub(crate) fn dispatch_partitioned_all(
                 let msg = format!("inputs are split over different meshes: {} and {}", mesh, s.mesh());
                 return Err(Error::invalid(op.name(), msg));
             }
-            None if t.rank() == 0 => joined.push(t.replicate(&mesh)?),
+            // A scalar joins as replicated; so does anything on one device while a function
+            // is traced (values known at trace time become constants of its one SPMD program).
+            None if t.rank() == 0 || super::trace::in_trace() => joined.push(t.replicate(&mesh)?),
             None => {
                 let msg = format!(
                     "{} on {} cannot join tensors split over {mesh}: .replicate(&mesh) or .shard(&mesh, spec) it",

@@ -272,6 +272,11 @@ impl Recording {
     }
 }
 
+/// Whether this thread is tracing a compiled function.
+pub(crate) fn in_trace() -> bool {
+    with_recording(|_| ()).is_some()
+}
+
 /// Records `op` on `inputs` (at least one of them traced) into this thread's trace.
 pub(crate) fn record_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
     let name = op.name();
