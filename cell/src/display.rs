@@ -121,9 +121,27 @@ fn tensor(t: &eager::Tensor) -> Vec<(String, String)> {
 /// A chart as SVG, or the error that kept it from being drawn as text.
 fn svg(svg: viz::Result<String>) -> Vec<(String, String)> {
     match svg {
-        Ok(svg) => vec![("image/svg+xml".into(), svg)],
+        Ok(svg) => chart_bundle(svg),
         Err(e) => vec![("text/plain".into(), e.to_string())],
     }
+}
+
+/// A chart's SVG as notebooks show it: an HTML image that shrinks to the output area's width
+/// (JupyterLab draws `image/svg+xml` as an image at its own width and scrolls a wide one: the
+/// 1200-px timeline ran past the right edge), and the SVG itself for every other front end.
+pub(crate) fn chart_bundle(svg: String) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    let width = svg
+        .split_once("width=\"")
+        .and_then(|(_, rest)| rest.split('"').next())
+        .and_then(|w| w.parse::<u32>().ok())
+        .unwrap_or(800);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&svg);
+    let html = format!(
+        "<img class=\"eager-chart\" alt=\"chart\" width=\"{width}\" style=\"max-width:100%; height:auto\" \
+         src=\"data:image/svg+xml;base64,{b64}\"/>"
+    );
+    vec![("text/html".into(), html), ("image/svg+xml".into(), svg)]
 }
 
 /// `ParseIntError` for `core::num::error::ParseIntError`: the name a user knows.
@@ -165,7 +183,12 @@ mod tests {
         assert_eq!(bundle_of(&vec![1, 2]), vec![("text/plain".to_string(), "[1, 2]".to_string())]);
         let chart = viz::line_chart("loss", "step", "loss", &[("a", [1.0f32, 0.5])]);
         let b = bundle_of(&chart);
-        assert!(b.len() == 1 && b[0].0 == "image/svg+xml" && b[0].1.starts_with("<svg"));
+        assert!(b.len() == 2 && b[1].0 == "image/svg+xml" && b[1].1.starts_with("<svg"));
+        // The HTML form shrinks to the page, at most the chart's own width.
+        assert_eq!(b[0].0, "text/html");
+        assert!(b[0].1.contains("style=\"max-width:100%; height:auto\""), "{}", b[0].1);
+        let width = chart.default_size().0;
+        assert!(b[0].1.contains(&format!("width=\"{width}\"")), "{}", &b[0].1[..120]);
     }
 
     #[test]

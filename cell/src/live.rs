@@ -373,8 +373,9 @@ impl LiveChart {
     fn draw(&mut self) {
         self.drawn = self.pushed;
         let text = self.text();
-        let svg = self.chart().svg().unwrap_or_default();
-        let bundle = [("text/plain", text.as_str()), ("image/svg+xml", svg.as_str())];
+        let mut owned = vec![("text/plain".to_string(), text)];
+        owned.extend(crate::display::chart_bundle(self.chart().svg().unwrap_or_default()));
+        let bundle: Vec<(&str, &str)> = owned.iter().map(|(m, v)| (m.as_str(), v.as_str())).collect();
         match &self.handle {
             Some(h) => h.update(&bundle),
             None => self.handle = Some(DisplayHandle::show(&bundle)),

@@ -36,13 +36,13 @@ await page.waitForSelector("text=Rust (eager) | Idle");
 await dismissNews(page);
 const cell = page.locator(".jp-Cell", { has: page.locator(".eager-progress") });
 const outputs = await cell.locator(".jp-OutputArea-output").count();
-const charts = await cell.locator(".jp-RenderedSVG img, .jp-OutputArea-output svg").count();
+const charts = await cell.locator(".jp-OutputArea-output img.eager-chart, .jp-RenderedSVG img, .jp-OutputArea-output svg").count();
 const finalValue = Number(await bar.first().getAttribute("value"));
 const barsNow = await bar.count();
 const errors = await page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count();
 const memory = page.locator(".jp-Cell", { hasText: "viz::memory_chart()" });
 // The kernel is idle between two cells of a run too: the chart's cell may not have run yet.
-const memoryChart = memory.locator(".jp-RenderedSVG img, .jp-OutputArea-output svg");
+const memoryChart = memory.locator(".jp-OutputArea-output img.eager-chart, .jp-RenderedSVG img, .jp-OutputArea-output svg");
 await memoryChart.first().waitFor({ state: "attached", timeout: 300_000 }).catch(() => {});
 const memoryCharts = await memoryChart.count();
 await cell.scrollIntoViewIfNeeded();
