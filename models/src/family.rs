@@ -32,7 +32,7 @@ fn parse(raw: Value) -> std::result::Result<Config, String> {
     match config.model_type.as_str() {
         "qwen3" => qwen3::read_config(&mut config),
         "gpt_neox" => gpt_neox::read_config(&mut config),
-        "phi3" => phi3::read_config(&mut config),
+        "phi3" => phi3::read_config(&mut config)?,
         "mixtral" => mixtral::read_config(&mut config)?,
         "qwen2_moe" => qwen2_moe::read_config(&mut config)?,
         "qwen3_moe" => qwen3_moe::read_config(&mut config)?,

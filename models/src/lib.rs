@@ -30,6 +30,7 @@ pub mod gpt_neox;
 pub mod llama;
 pub mod mixtral;
 pub mod moe;
+pub mod params;
 pub mod phi3;
 pub mod qwen2_moe;
 pub mod qwen3;

@@ -16,6 +16,7 @@ use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
 use crate::generate::{prepare_for_inference, window_mask, CausalLm};
+use crate::params::{Init, Params};
 use crate::weights::{Placement, Weights};
 use crate::{ModelError, Result};
 
@@ -130,97 +131,7 @@ impl Llama {
     /// (row-parallel), the embeddings and the head by the vocabulary, Mixtral's experts by
     /// expert; norms whole on every device, and a dim the axis does not divide whole too.
     pub fn load_placed(cfg: &Config, w: &Weights, dtype: DType, placement: &Placement) -> Result<Llama> {
-        check(cfg)?;
-        let (h, hd, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-        let (nq, nkv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
-        let param = |name: &str, shape: &[usize], split: Option<usize>| -> Result<Var> {
-            let t = w.get_placed(name, shape, dtype, placement, split)?;
-            Ok(Var::parameter(name.rsplit('.').next().unwrap_or(name), t)?)
-        };
-        // `split`: 0 splits the output rows (and the bias), 1 the input columns.
-        let linear = |name: &str, out: usize, inp: usize, bias: bool, split: usize| -> Result<Linear> {
-            let weight = param(&format!("{name}.weight"), &[out, inp], Some(split))?;
-            let bias_split = (split == 0).then_some(0);
-            let bias = if bias { Some(param(&format!("{name}.bias"), &[out], bias_split)?) } else { None };
-            Ok(Linear { weight, bias })
-        };
-        let (col, row) = (0, 1);
-        let norm_of = |name: &str, dim: usize| -> Result<RmsNorm> {
-            let weight = param(&format!("{name}.weight"), &[dim], None)?;
-            Ok(RmsNorm { weight, eps: cfg.norm_eps, offset: cfg.norm_offset })
-        };
-        let act = gate_activation(cfg)?;
-        let norm = |name: &str| norm_of(name, h);
-        let head_norm =
-            |name: &str| -> Result<Option<RmsNorm>> { cfg.qk_norm.then(|| norm_of(name, hd)).transpose() };
-        let sandwich =
-            |name: &str| -> Result<Option<RmsNorm>> { cfg.sandwich_norms.then(|| norm(name)).transpose() };
-        // Phi-3 fuses q, k and v into `qkv_proj` and gate and up into `gate_up_proj` (no biases):
-        // row blocks of one weight, split here into eager's projections.
-        let fused = cfg.model_type == "phi3";
-        let rows = |t: &Tensor, start: usize, n: usize| -> Result<Linear> {
-            let weight = placement.resplit(&t.narrow(0, start, n)?, Some(col))?;
-            Ok(Linear { weight: Var::parameter("weight", weight)?, bias: None })
-        };
-        let fused_weight = |name: &str, shape: &[usize]| w.get_placed(name, shape, dtype, placement, None);
-        let embed_tokens =
-            Embedding { weight: param("model.embed_tokens.weight", &[cfg.vocab_size, h], Some(0))? };
-        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-        for l in 0..cfg.num_hidden_layers {
-            let p = format!("model.layers.{l}");
-            let [q_proj, k_proj, v_proj] = if fused {
-                let qkv = fused_weight(&format!("{p}.self_attn.qkv_proj.weight"), &[nq + 2 * nkv, h])?;
-                [rows(&qkv, 0, nq)?, rows(&qkv, nq, nkv)?, rows(&qkv, nq + nkv, nkv)?]
-            } else {
-                [
-                    linear(&format!("{p}.self_attn.q_proj"), nq, h, cfg.qkv_bias, col)?,
-                    linear(&format!("{p}.self_attn.k_proj"), nkv, h, cfg.qkv_bias, col)?,
-                    linear(&format!("{p}.self_attn.v_proj"), nkv, h, cfg.qkv_bias, col)?,
-                ]
-            };
-            let mlp = if cfg.sparse_layers.get(l) == Some(&true) {
-                LlamaMlp::Sparse(crate::moe::load_experts(cfg, w, &p, dtype, placement)?)
-            } else {
-                let [gate_proj, up_proj] = if fused {
-                    let gate_up = fused_weight(&format!("{p}.mlp.gate_up_proj.weight"), &[2 * i, h])?;
-                    [rows(&gate_up, 0, i)?, rows(&gate_up, i, i)?]
-                } else {
-                    [
-                        linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias, col)?,
-                        linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias, col)?,
-                    ]
-                };
-                let down_proj = linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias, row)?;
-                LlamaMlp::Dense(SwiGlu { gate_proj, up_proj, down_proj, act })
-            };
-            layers.push(LlamaLayer {
-                input_layernorm: norm(&format!("{p}.input_layernorm"))?,
-                self_attn: GroupedQueryAttention {
-                    q_proj,
-                    k_proj,
-                    v_proj,
-                    o_proj: linear(&format!("{p}.self_attn.o_proj"), h, nq, cfg.o_bias, row)?,
-                    heads: cfg.num_attention_heads,
-                    kv_heads: cfg.num_key_value_heads,
-                    head_dim: hd,
-                    q_norm: head_norm(&format!("{p}.self_attn.q_norm"))?,
-                    k_norm: head_norm(&format!("{p}.self_attn.k_norm"))?,
-                    scale: cfg.attn_scale,
-                    softcap: cfg.attn_softcap,
-                },
-                post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm"))?,
-                pre_feedforward_layernorm: sandwich(&format!("{p}.pre_feedforward_layernorm"))?,
-                post_feedforward_layernorm: sandwich(&format!("{p}.post_feedforward_layernorm"))?,
-                mlp,
-            });
-        }
-        // A checkpoint saved with tied embeddings has no lm_head (transformers drops it).
-        let lm_head = if cfg.tie_word_embeddings && !w.contains("lm_head.weight") {
-            Linear { weight: embed_tokens.weight.clone(), bias: None }
-        } else {
-            linear("lm_head", cfg.vocab_size, h, false, col)?
-        };
-        let (rotary, rotary_local) = rotaries(cfg)?;
+        let mut model = Llama::build(cfg, &Params::checkpoint(w, placement, dtype))?;
         let table = |r: RotaryEmbedding| -> Result<RotaryEmbedding> {
             let r = r.with_table(cfg.max_position_embeddings, placement.first_device())?;
             Ok(match placement {
@@ -228,93 +139,117 @@ impl Llama {
                 Placement::Device(_) => r,
             })
         };
-        let rotary = table(rotary)?;
-        let rotary_local = rotary_local.map(table).transpose()?;
-        Ok(Llama {
-            config: cfg.clone(),
-            embed_tokens,
-            layers,
-            norm: norm("model.norm")?,
-            lm_head,
-            rotary,
-            rotary_local,
-            dtype,
-        })
+        model.rotary = table(model.rotary)?;
+        model.rotary_local = model.rotary_local.map(table).transpose()?;
+        Ok(model)
     }
 
-    /// A freshly initialised model of `cfg` (weights N(0, 0.02), norms ones, as transformers'
-    /// `_init_weights`), for training from scratch.
+    /// A freshly initialised model of `cfg` (weights N(0, 0.02), norms at their identity, as
+    /// transformers' `_init_weights`), for training from scratch.
     pub fn new(cfg: &Config, dtype: DType) -> Result<Llama> {
+        Llama::build(cfg, &Params::fresh(dtype))
+    }
+
+    /// The model's tree, walked once under Hugging Face's names: read or fresh as `params` is.
+    /// Fresh weights are drawn in the order embeddings, then each layer's q, k, v, o, MLP, then
+    /// the head.
+    fn build(cfg: &Config, params: &Params) -> Result<Llama> {
         check(cfg)?;
-        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let normal = |shape: &[usize]| -> Result<Tensor> {
-            Ok(Tensor::randn(shape, DType::F32)?.mul_scalar(0.02)?.to_dtype(dtype)?)
-        };
-        let lin = |out: usize, inp: usize, bias: bool| -> Result<Linear> {
-            let b = if bias { Some(Var::parameter("bias", Tensor::zeros(&[out], dtype)?)?) } else { None };
-            Ok(Linear { weight: Var::parameter("weight", normal(&[out, inp])?)?, bias: b })
-        };
-        let embed_tokens = Embedding { weight: Var::parameter("weight", normal(&[cfg.vocab_size, h])?)? };
+        let (h, hd, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let (nq, nkv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+        let (col, row) = (0, 1);
         let act = gate_activation(cfg)?;
-        // Gemma's norms scale by `1 + weight` and start at zeros; the others' by `weight`, ones.
-        let fresh_norm = |dim: usize| -> Result<RmsNorm> {
-            let mut n = RmsNorm::new(dim, cfg.norm_eps, dtype)?;
-            if cfg.norm_offset != 0.0 {
-                n.weight.set(Tensor::zeros(&[dim], dtype)?)?;
-                n.offset = cfg.norm_offset;
-            }
-            Ok(n)
+        let norm = |p: &Params, name: &str, dim: usize| p.rms_norm(name, dim, cfg.norm_eps, cfg.norm_offset);
+        let model = params.pp("model");
+        let embed_tokens = Embedding {
+            weight: model.var("embed_tokens.weight", &[cfg.vocab_size, h], Init::Normal, Some(0))?,
         };
-        let (nq, nkv, i) =
-            (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|l| {
-                Ok(LlamaLayer {
-                    input_layernorm: fresh_norm(h)?,
-                    self_attn: GroupedQueryAttention {
-                        q_proj: lin(nq, h, cfg.qkv_bias)?,
-                        k_proj: lin(nkv, h, cfg.qkv_bias)?,
-                        v_proj: lin(nkv, h, cfg.qkv_bias)?,
-                        o_proj: lin(h, nq, cfg.o_bias)?,
-                        heads: cfg.num_attention_heads,
-                        kv_heads: cfg.num_key_value_heads,
-                        head_dim: hd,
-                        q_norm: cfg.qk_norm.then(|| fresh_norm(hd)).transpose()?,
-                        k_norm: cfg.qk_norm.then(|| fresh_norm(hd)).transpose()?,
-                        scale: cfg.attn_scale,
-                        softcap: cfg.attn_softcap,
-                    },
-                    post_attention_layernorm: fresh_norm(h)?,
-                    pre_feedforward_layernorm: cfg.sandwich_norms.then(|| fresh_norm(h)).transpose()?,
-                    post_feedforward_layernorm: cfg.sandwich_norms.then(|| fresh_norm(h)).transpose()?,
-                    mlp: if cfg.sparse_layers.get(l) == Some(&true) {
-                        LlamaMlp::Sparse(crate::moe::new_experts(cfg, dtype)?)
-                    } else {
-                        LlamaMlp::Dense(SwiGlu {
-                            gate_proj: lin(i, h, cfg.mlp_bias)?,
-                            up_proj: lin(i, h, cfg.mlp_bias)?,
-                            down_proj: lin(h, i, cfg.mlp_bias)?,
-                            act,
-                        })
-                    },
+        // Phi-3's checkpoints fuse q, k and v into `qkv_proj` and gate and up into `gate_up_proj`
+        // (no biases): row blocks of one weight, split here into eager's projections.
+        let fused = cfg.model_type == "phi3" && params.checkpoint_source().is_some();
+        let rows = |t: &Tensor, start: usize, n: usize| -> Result<Linear> {
+            let weight = match params.checkpoint_source() {
+                Some((_, placement)) => placement.resplit(&t.narrow(0, start, n)?, Some(col))?,
+                None => t.narrow(0, start, n)?,
+            };
+            Ok(Linear { weight: Var::parameter("weight", weight)?, bias: None })
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let layer = model.pp(&format!("layers.{l}"));
+            let attn = layer.pp("self_attn");
+            let [q_proj, k_proj, v_proj] = if fused {
+                let qkv = attn.tensor("qkv_proj.weight", &[nq + 2 * nkv, h], Init::Normal, None)?;
+                [rows(&qkv, 0, nq)?, rows(&qkv, nq, nkv)?, rows(&qkv, nq + nkv, nkv)?]
+            } else {
+                [
+                    attn.linear("q_proj", nq, h, cfg.qkv_bias, col)?,
+                    attn.linear("k_proj", nkv, h, cfg.qkv_bias, col)?,
+                    attn.linear("v_proj", nkv, h, cfg.qkv_bias, col)?,
+                ]
+            };
+            let o_proj = attn.linear("o_proj", h, nq, cfg.o_bias, row)?;
+            let mlp = if cfg.sparse_layers.get(l) == Some(&true) {
+                LlamaMlp::Sparse(match params.checkpoint_source() {
+                    Some((w, placement)) => {
+                        crate::moe::load_experts(cfg, w, layer.prefix(), params.dtype(), placement)?
+                    }
+                    None => crate::moe::new_experts(cfg, params.dtype())?,
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let lm_head = if cfg.tie_word_embeddings {
+            } else {
+                let m = layer.pp("mlp");
+                let [gate_proj, up_proj] = if fused {
+                    let gate_up = m.tensor("gate_up_proj.weight", &[2 * i, h], Init::Normal, None)?;
+                    [rows(&gate_up, 0, i)?, rows(&gate_up, i, i)?]
+                } else {
+                    [
+                        m.linear("gate_proj", i, h, cfg.mlp_bias, col)?,
+                        m.linear("up_proj", i, h, cfg.mlp_bias, col)?,
+                    ]
+                };
+                let down_proj = m.linear("down_proj", h, i, cfg.mlp_bias, row)?;
+                LlamaMlp::Dense(SwiGlu { gate_proj, up_proj, down_proj, act })
+            };
+            let head_norm = |name: &str| cfg.qk_norm.then(|| norm(&attn, name, hd)).transpose();
+            let sandwich = |name: &str| cfg.sandwich_norms.then(|| norm(&layer, name, h)).transpose();
+            layers.push(LlamaLayer {
+                input_layernorm: norm(&layer, "input_layernorm", h)?,
+                self_attn: GroupedQueryAttention {
+                    q_proj,
+                    k_proj,
+                    v_proj,
+                    o_proj,
+                    heads: cfg.num_attention_heads,
+                    kv_heads: cfg.num_key_value_heads,
+                    head_dim: hd,
+                    q_norm: head_norm("q_norm")?,
+                    k_norm: head_norm("k_norm")?,
+                    scale: cfg.attn_scale,
+                    softcap: cfg.attn_softcap,
+                },
+                post_attention_layernorm: norm(&layer, "post_attention_layernorm", h)?,
+                pre_feedforward_layernorm: sandwich("pre_feedforward_layernorm")?,
+                post_feedforward_layernorm: sandwich("post_feedforward_layernorm")?,
+                mlp,
+            });
+        }
+        // Tied: fresh, or a checkpoint saved without `lm_head` (transformers drops it).
+        let tied = cfg.tie_word_embeddings && !params.contains("lm_head.weight");
+        let lm_head = if tied {
             Linear { weight: embed_tokens.weight.clone(), bias: None }
         } else {
-            lin(cfg.vocab_size, h, false)?
+            params.linear("lm_head", cfg.vocab_size, h, false, col)?
         };
         let (rotary, rotary_local) = rotaries(cfg)?;
         Ok(Llama {
             config: cfg.clone(),
             embed_tokens,
             layers,
-            norm: fresh_norm(h)?,
+            norm: norm(&model, "norm", h)?,
             lm_head,
             rotary,
             rotary_local,
-            dtype,
+            dtype: params.dtype(),
         })
     }
 }

@@ -5,12 +5,13 @@
 //! projections on load ([`Llama::load`](crate::llama::Llama::load)) and fused back under
 //! Hugging Face's names on save ([`fuse_for_save`]). This file reads Phi-3's config (its
 //! defaults: `rms_norm_eps` 1e-5, `sliding_window` none unless set, on every layer when set)
-//! and refuses what it does not implement: rope scaling other than `default` (the long-context
-//! checkpoints' `longrope`, once called `su`) and rotary on part of each head
+//! and LongRoPE (`longrope`, once `su`: the long-context checkpoints' short and long factors),
+//! and refuses what it does not implement: other rope scalings and rotary on part of each head
 //! (`partial_rotary_factor` below 1).
 
 use std::collections::HashMap;
 
+use eager::nn::RopeScaling;
 use eager::Tensor;
 use serde_json::Value;
 
@@ -22,13 +23,17 @@ pub const DEFAULT_RMS_NORM_EPS: f64 = 1e-5;
 
 /// Phi-3's fields on top of what [`Config`] reads for every family: its norm epsilon's default,
 /// and no biases anywhere (its projections have none, whatever `attention_bias` says).
-pub(crate) fn read_config(cfg: &mut Config) {
+pub(crate) fn read_config(cfg: &mut Config) -> std::result::Result<(), String> {
     if cfg.raw.get("rms_norm_eps").is_none_or(Value::is_null) {
         cfg.norm_eps = DEFAULT_RMS_NORM_EPS;
     }
     cfg.qkv_bias = false;
     cfg.o_bias = false;
     cfg.mlp_bias = false;
+    if matches!(rope_kind(&cfg.raw), "longrope" | "su") {
+        cfg.rope_scaling = read_longrope(cfg)?;
+    }
+    Ok(())
 }
 
 /// The rope settings of the config: `rope_parameters` (transformers 5) or `rope_scaling` (4).
@@ -36,19 +41,57 @@ fn rope_settings(raw: &Value) -> Option<&Value> {
     ["rope_parameters", "rope_scaling"].iter().find_map(|k| raw.get(*k).filter(|v| v.is_object()))
 }
 
-/// Refuses a Phi-3 config that needs what is not implemented, naming it: a rope type other
-/// than `default` (`longrope`, `su`, `yarn`: Phi-3's long-context checkpoints) and
-/// `partial_rotary_factor` below 1.
-pub(crate) fn check(cfg: &Config) -> Result<()> {
-    let rope = rope_settings(&cfg.raw);
-    let kind = rope
+/// The rope type the config names (`rope_type`, or the older `type`), `default` when none.
+fn rope_kind(raw: &Value) -> &str {
+    rope_settings(raw)
         .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
         .and_then(Value::as_str)
-        .unwrap_or("default");
-    if kind != "default" {
+        .unwrap_or("default")
+}
+
+/// LongRoPE (`longrope`, once `su`: Phi-3's long-context checkpoints) as transformers reads
+/// it: the short and long factors, `original_max_position_embeddings` (in the rope settings or
+/// at the top), and the attention factor (given, or `√(1 + ln(factor) / ln(original))` with
+/// `factor` given or `max_position_embeddings / original`, 1 when that is at most 1).
+fn read_longrope(cfg: &Config) -> std::result::Result<RopeScaling, String> {
+    let rope = rope_settings(&cfg.raw).ok_or("longrope needs rope settings")?;
+    let factors = |k: &str| -> std::result::Result<Vec<f64>, String> {
+        rope.get(k)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .ok_or_else(|| format!("longrope needs `{k}`, a list of numbers"))
+    };
+    let original = rope
+        .get("original_max_position_embeddings")
+        .or_else(|| cfg.raw.get("original_max_position_embeddings"))
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 1)
+        .ok_or("longrope needs `original_max_position_embeddings` above 1")? as usize;
+    let factor = rope
+        .get("factor")
+        .and_then(Value::as_f64)
+        .unwrap_or(cfg.max_position_embeddings as f64 / original as f64);
+    let attention_factor = match rope.get("attention_factor").and_then(Value::as_f64) {
+        Some(a) => a,
+        None if factor <= 1.0 => 1.0,
+        None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
+    };
+    Ok(RopeScaling::LongRope {
+        short_factor: factors("short_factor")?,
+        long_factor: factors("long_factor")?,
+        original_max_position_embeddings: original,
+        attention_factor,
+    })
+}
+
+/// Refuses a Phi-3 config that needs what is not implemented, naming it: a rope type other
+/// than `default` and `longrope`/`su` (`yarn`, say) and `partial_rotary_factor` below 1.
+pub(crate) fn check(cfg: &Config) -> Result<()> {
+    let rope = rope_settings(&cfg.raw);
+    let kind = rope_kind(&cfg.raw);
+    if !matches!(kind, "default" | "longrope" | "su") {
         return Err(ModelError::Unsupported(format!(
-            "Phi-3 with `{kind}` rope scaling (the long-context checkpoints); only `default` rope is \
-             implemented"
+            "Phi-3 with `{kind}` rope scaling; `default` and `longrope` (`su`) are implemented"
         )));
     }
     let partial = rope

@@ -1,5 +1,6 @@
 //! Rotary position embeddings (RoPE, as Llama, Mistral and Qwen2 use them in transformers):
-//! the frequencies of `rope_theta` with the `default`, `linear` and `llama3` scalings, the
+//! the frequencies of `rope_theta` with the `default`, `linear`, `llama3` and `longrope`
+//! (Phi-3's) scalings, the
 //! cos/sin tables for given positions (computed on the device, so a decode step with a
 //! position tensor runs the same executables at every step), and their application.
 
@@ -29,6 +30,28 @@ pub enum RopeScaling {
         /// The context length the model was trained on.
         original_max_position_embeddings: f64,
     },
+    /// `rope_type: "longrope"` (once `su`; Phi-3's long-context checkpoints): each frequency
+    /// divided by its own factor, the short ones while a call's largest position is inside
+    /// the original context, the long ones past it (transformers picks per forward call), and
+    /// cos and sin scaled by `attention_factor`.
+    LongRope {
+        /// Per frequency, the divisor inside the original context (`dim / 2` of them).
+        short_factor: Vec<f64>,
+        /// Per frequency, the divisor past it.
+        long_factor: Vec<f64>,
+        /// The context length the model was trained on.
+        original_max_position_embeddings: usize,
+        /// Multiplies cos and sin (`√(1 + ln(factor) / ln(original))` unless the config says).
+        attention_factor: f64,
+    },
+}
+
+/// LongRoPE's second set of frequencies, for calls past the original context.
+#[derive(Debug, Clone)]
+struct LongFrequencies {
+    inv_freq: Vec<f32>,
+    table: Option<(Tensor, Tensor)>,
+    original: usize,
 }
 
 /// The rotary embedding of one attention layer's head dim: inverse frequencies `[dim / 2]`.
@@ -40,6 +63,10 @@ pub struct RotaryEmbedding {
     pub dim: usize,
     /// cos and sin `[positions, dim]` (f32) of every position, when made ([`Self::with_table`]).
     table: Option<(Tensor, Tensor)>,
+    /// LongRoPE's frequencies past the original context.
+    long: Option<LongFrequencies>,
+    /// Multiplies cos and sin (LongRoPE's attention factor; 1 otherwise).
+    scaling: f32,
 }
 
 /// Most positions [`RotaryEmbedding::with_table`] tabulates (4 MB of f32 at head dim 64).
@@ -54,11 +81,40 @@ impl RotaryEmbedding {
         }
         // As transformers: the exponent in f32 (`arange(0, dim, 2).float() / dim`), the power in f32.
         let base = theta as f32;
-        let mut inv: Vec<f32> = (0..dim / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / dim as f32)).collect();
-        match *scaling {
+        let powers: Vec<f32> = (0..dim / 2).map(|i| base.powf((2 * i) as f32 / dim as f32)).collect();
+        let mut inv: Vec<f32> = powers.iter().map(|p| 1.0 / p).collect();
+        let (mut long, mut attention) = (None, 1.0f32);
+        match scaling {
             RopeScaling::Default => {}
-            RopeScaling::Linear { factor } => inv.iter_mut().for_each(|f| *f /= factor as f32),
-            RopeScaling::Llama3 {
+            RopeScaling::Linear { factor } => inv.iter_mut().for_each(|f| *f /= *factor as f32),
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings,
+                attention_factor,
+            } => {
+                if short_factor.len() != dim / 2 || long_factor.len() != dim / 2 {
+                    let msg = format!(
+                        "longrope needs {} short and long factors (head dim {dim} / 2), got {} and {}",
+                        dim / 2,
+                        short_factor.len(),
+                        long_factor.len()
+                    );
+                    return Err(Error::invalid("RotaryEmbedding", msg));
+                }
+                // As transformers: `1 / (factor * base^(2i/d))`, the factors in f32.
+                let scaled = |factors: &[f64]| -> Vec<f32> {
+                    factors.iter().zip(&powers).map(|(f, p)| 1.0 / (*f as f32 * p)).collect()
+                };
+                inv = scaled(short_factor);
+                long = Some(LongFrequencies {
+                    inv_freq: scaled(long_factor),
+                    table: None,
+                    original: *original_max_position_embeddings,
+                });
+                attention = *attention_factor as f32;
+            }
+            &RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,
                 high_freq_factor,
@@ -86,7 +142,7 @@ impl RotaryEmbedding {
                 }
             }
         }
-        Ok(RotaryEmbedding { inv_freq: inv, dim, table: None })
+        Ok(RotaryEmbedding { inv_freq: inv, dim, table: None, long, scaling: attention })
     }
 
     /// The same embedding with cos and sin of positions `0..positions` computed once on
@@ -99,8 +155,11 @@ impl RotaryEmbedding {
             return Ok(self);
         }
         let all = Tensor::arange_on(0.0, positions as f64, 1.0, DType::I64, device)?;
-        let (cos, sin) = self.cos_sin(&all, DType::F32)?;
-        self.table = Some((cos, sin));
+        self.table = Some(self.computed(&self.inv_freq, &all, DType::F32)?);
+        if let Some(long) = &self.long {
+            let table = self.computed(&long.inv_freq, &all, DType::F32)?;
+            self.long.as_mut().expect("just read").table = Some(table);
+        }
         Ok(self)
     }
 
@@ -108,6 +167,9 @@ impl RotaryEmbedding {
     pub fn replicate(mut self, mesh: &crate::mesh::Mesh) -> Result<RotaryEmbedding> {
         if let Some((cos, sin)) = self.table.take() {
             self.table = Some((cos.replicate(mesh)?, sin.replicate(mesh)?));
+        }
+        if let Some((cos, sin)) = self.long.as_mut().and_then(|l| l.table.take()) {
+            self.long.as_mut().expect("just read").table = Some((cos.replicate(mesh)?, sin.replicate(mesh)?));
         }
         Ok(self)
     }
@@ -119,7 +181,24 @@ impl RotaryEmbedding {
             let msg = format!("positions must be integers, got {}", positions.spec());
             return Err(Error::dtype("RotaryEmbedding", msg));
         }
-        if let Some((cos, sin)) = &self.table {
+        let short = self.of(&self.inv_freq, self.table.as_ref(), positions, dtype)?;
+        let Some(long) = &self.long else { return Ok(short) };
+        // LongRoPE: the long frequencies for a call whose largest position is past the original
+        // context (transformers' choice per forward call), decided on the device.
+        let past = positions.flatten()?.max(&[0], false)?.ge_scalar(long.original as f64)?;
+        let long = self.of(&long.inv_freq, long.table.as_ref(), positions, dtype)?;
+        Ok((past.where_cond(&long.0, &short.0)?, past.where_cond(&long.1, &short.1)?))
+    }
+
+    /// cos and sin of `positions` for frequencies `inv`, from their table where there is one.
+    fn of(
+        &self,
+        inv: &[f32],
+        table: Option<&(Tensor, Tensor)>,
+        positions: &Tensor,
+        dtype: DType,
+    ) -> Result<(Tensor, Tensor)> {
+        if let Some((cos, sin)) = table {
             if cos.device() == positions.device() {
                 // Positions past the table fail the lookup's index check, a clear error.
                 let mut shape: Vec<isize> = positions.shape().iter().map(|&d| d as isize).collect();
@@ -134,10 +213,19 @@ impl RotaryEmbedding {
                 return Ok((look(cos)?, look(sin)?));
             }
         }
-        let inv = Tensor::from_slice_on(&self.inv_freq, &[self.inv_freq.len()], positions.device())?;
+        self.computed(inv, positions, dtype)
+    }
+
+    /// cos and sin of `positions` for frequencies `inv`, computed (f32, then `dtype`), scaled.
+    fn computed(&self, inv: &[f32], positions: &Tensor, dtype: DType) -> Result<(Tensor, Tensor)> {
+        let inv = Tensor::from_slice_on(inv, &[inv.len()], positions.device())?;
         let freqs = positions.to_dtype(DType::F32)?.unsqueeze(-1)?.mul(&inv)?;
         let emb = Tensor::cat(&[&freqs, &freqs], -1)?;
-        Ok((emb.cos()?.to_dtype(dtype)?, emb.sin()?.to_dtype(dtype)?))
+        let (mut cos, mut sin) = (emb.cos()?, emb.sin()?);
+        if self.scaling != 1.0 {
+            (cos, sin) = (cos.mul_scalar(self.scaling as f64)?, sin.mul_scalar(self.scaling as f64)?);
+        }
+        Ok((cos.to_dtype(dtype)?, sin.to_dtype(dtype)?))
     }
 }
 
