@@ -56,6 +56,17 @@ fn check_bf16(name: &str) {
     assert!(err <= 5e-2, "{name} cast to bf16: error {err}");
 }
 
+/// The left-padded batch of fixture `name` decoded greedily in each of `modes`: transformers'
+/// tokens.
+fn check_batch_greedy(name: &str, model: &AutoModel, modes: &[DecodeMode]) {
+    let r = refs(name);
+    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
+    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
+    for &mode in modes {
+        assert_eq!(greedy(model, &batch, mode), want, "{name}, {mode:?}");
+    }
+}
+
 fn greedy(model: &AutoModel, prompts: &[Vec<u32>], mode: DecodeMode) -> Vec<Vec<u32>> {
     let opts = GenerateOptions { max_new_tokens: 8, mode, pad_token_id: 2, ..Default::default() };
     generate(model.causal_lm().unwrap(), prompts, &opts, None, |_, _| {}).unwrap()
@@ -75,13 +86,7 @@ fn check_causal(name: &str, dtype: Option<DType>, tol: f32, batch: bool) {
         "{name}: greedy tokens"
     );
     if batch {
-        let prompts: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-        let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-        assert_eq!(
-            greedy(&model, &prompts, DecodeMode::Eager),
-            want,
-            "{name}: left-padded batch, greedy tokens"
-        );
+        check_batch_greedy(name, &model, &[DecodeMode::Eager]);
     }
 }
 
@@ -160,16 +165,8 @@ fn mixtral_experts_match() {
     check_causal("mixtral", None, 1e-4, true);
     let model = load(&fixture("mixtral"), None);
     assert_eq!((model.config().num_experts, model.config().num_experts_per_tok), (4, 2));
-    let r = refs("mixtral");
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
-        assert_eq!(greedy(&model, &batch, mode), want, "mixtral, {mode:?}");
-    }
-    let prompt = ids_of(&r["prompt_ids"]);
-    let reference = npy(fixture("mixtral").join("ref_logits.npy"));
-    let err = rel_err(&prompt_logits(&load(&fixture("mixtral"), Some(DType::BF16)), &prompt), &reference);
-    assert!(err <= 5e-2, "mixtral cast to bf16: error {err}");
+    check_batch_greedy("mixtral", &model, &[DecodeMode::Fused, DecodeMode::Compiled]);
+    check_bf16("mixtral");
     assert!(shapes(&fixture("mixtral")).contains_key("model.layers.1.block_sparse_moe.experts.3.w2.weight"));
     assert_saves_same_names(&model, "mixtral");
 }
@@ -183,10 +180,7 @@ fn qwen_moe_shared_expert_and_dense_layers_match() {
     for name in ["qwen2_moe", "qwen3_moe"] {
         check_causal(name, None, 1e-4, true);
         let model = load(&fixture(name), None);
-        let r = refs(name);
-        let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-        let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-        assert_eq!(greedy(&model, &batch, DecodeMode::Compiled), want, "{name}, compiled");
+        check_batch_greedy(name, &model, &[DecodeMode::Compiled]);
         assert_saves_same_names(&model, name);
         check_bf16(name);
     }
@@ -209,16 +203,8 @@ fn gemma2_sandwich_norms_soft_caps_sliding_window_match() {
     let c = model.config();
     assert_eq!((c.attn_softcap, c.final_softcap, c.sliding_window), (Some(0.05), Some(0.5), Some(4)));
     assert_eq!(c.sliding_layers, vec![true, false]);
-    let r = refs("gemma2");
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
-        assert_eq!(greedy(&model, &batch, mode), want, "gemma2, {mode:?}");
-    }
-    let prompt = ids_of(&r["prompt_ids"]);
-    let reference = npy(fixture("gemma2").join("ref_logits.npy"));
-    let err = rel_err(&prompt_logits(&load(&fixture("gemma2"), Some(DType::BF16)), &prompt), &reference);
-    assert!(err <= 5e-2, "gemma2 cast to bf16: error {err}");
+    check_batch_greedy("gemma2", &model, &[DecodeMode::Fused, DecodeMode::Compiled]);
+    check_bf16("gemma2");
     assert_saves_same_names(&model, "gemma2");
 }
 
@@ -233,10 +219,8 @@ fn gemma3_local_rope_qk_norms_match() {
     assert_eq!((c.rope_theta, c.rope_local_theta, c.attn_softcap), (1e6, Some(1e4), None));
     check_bf16("gemma3");
     assert_saves_same_names(&model, "gemma3");
+    check_batch_greedy("gemma3", &model, &[DecodeMode::Compiled]);
     let r = refs("gemma3");
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    assert_eq!(greedy(&model, &batch, DecodeMode::Compiled), want, "gemma3, compiled");
     let dir = copy_fixture("gemma3");
     let path = dir.path().join("config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -264,12 +248,7 @@ fn mistral_sliding_window_matches() {
         (model.config().sliding_window, model.config().sliding_layers.clone()),
         (Some(4), vec![true; 2])
     );
-    let r = refs("mistral_swa");
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
-        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
-    }
+    check_batch_greedy("mistral_swa", &model, &[DecodeMode::Fused, DecodeMode::Compiled]);
     // A Mistral config without `sliding_window` slides over transformers' default 4096; null: none.
     let mut cfg = model.config().raw.clone();
     cfg.as_object_mut().unwrap().remove("sliding_window");
@@ -326,11 +305,7 @@ fn phi3_fused_projections_match_and_save_fused() {
     let model = load(&fixture("phi3"), None);
     assert_eq!(model.config().norm_eps, 1e-5);
     let r = refs("phi3");
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
-        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
-    }
+    check_batch_greedy("phi3", &model, &[DecodeMode::Fused, DecodeMode::Compiled]);
     assert!(shapes(&fixture("phi3")).contains_key("model.layers.1.self_attn.qkv_proj.weight"));
     assert_saves_same_names(&model, "phi3");
     let dir = tempfile::tempdir().unwrap();
@@ -360,12 +335,7 @@ fn phi3_longrope_matches_across_the_original_context() {
     check_causal("phi3_longrope", None, 1e-4, true);
     check_bf16("phi3_longrope");
     let model = load(&fixture("phi3_longrope"), None);
-    let r = refs("phi3_longrope");
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
-        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
-    }
+    check_batch_greedy("phi3_longrope", &model, &[DecodeMode::Fused, DecodeMode::Compiled]);
     // A 37-token prompt: long factors from the prefill on.
     let long: Vec<u32> = Tokenizer::from_dir(fixture("phi3_longrope"))
         .unwrap()
@@ -388,7 +358,7 @@ fn phi3_longrope_matches_across_the_original_context() {
     obj.insert("rope_theta".into(), 10000.0.into());
     std::fs::write(&path, cfg.to_string()).unwrap();
     let su = load(dir.path(), None);
-    assert_eq!(greedy(&su, &batch[..1], DecodeMode::Eager)[0], want[0], "`su` in transformers 4's names");
+    check_batch_greedy("phi3_longrope", &su, &[DecodeMode::Eager]);
 }
 
 /// GPT-NeoX: the fused per-head qkv, parallel residual, rotary on half of each head (base
@@ -401,20 +371,12 @@ fn gpt_neox_parallel_residual_partial_rotary_matches() {
     let model = load(&fixture("gpt_neox"), None);
     let AutoModel::GptNeoX(neox) = &model else { panic!("gpt_neox loads as GptNeoX") };
     assert_eq!((neox.rotary_ndims, neox.use_parallel_residual), (4, true));
-    let r = refs("gpt_neox");
-    let prompt = ids_of(&r["prompt_ids"]);
-    let reference = npy(fixture("gpt_neox").join("ref_logits.npy"));
-    let err = rel_err(&prompt_logits(&load(&fixture("gpt_neox"), Some(DType::BF16)), &prompt), &reference);
-    assert!(err <= 5e-2, "gpt_neox cast to bf16: error {err}");
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
-        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
-    }
+    check_bf16("gpt_neox");
+    check_batch_greedy("gpt_neox", &model, &[DecodeMode::Fused, DecodeMode::Compiled]);
     assert!(shapes(&fixture("gpt_neox")).contains_key("embed_out.weight"));
     assert_saves_same_names(&model, "gpt_neox");
     model.causal_lm().unwrap().prepare_inference().unwrap();
-    assert_eq!(greedy(&model, &batch, DecodeMode::Eager), want, "after prepare_inference");
+    check_batch_greedy("gpt_neox", &model, &[DecodeMode::Eager]);
 }
 
 /// GPT-NeoX the other way: sequential residual, tanh GELU, rotary on 6 of 8 dims, no
@@ -453,13 +415,8 @@ fn cast_on_load_to_f32_and_bf16() {
 
 #[test]
 fn every_decode_mode_gives_the_same_greedy_tokens() {
-    let r = refs("llama_gqa");
     let model = load(&fixture("llama_gqa"), None);
-    let batch: Vec<Vec<u32>> = r["batch_prompts"].as_array().unwrap().iter().map(ids_of).collect();
-    let want: Vec<Vec<u32>> = r["batch_greedy"].as_array().unwrap().iter().map(ids_of).collect();
-    for mode in [DecodeMode::Fused, DecodeMode::Compiled] {
-        assert_eq!(greedy(&model, &batch, mode), want, "{mode:?}");
-    }
+    check_batch_greedy("llama_gqa", &model, &[DecodeMode::Fused, DecodeMode::Compiled]);
 }
 
 #[test]
