@@ -38,18 +38,7 @@ impl Tensor {
     /// safetensors file or [`Tensor::to_bytes`] holds them), uploaded once; for dtypes with no
     /// Rust element type (bf16, f16) and for weights read straight from a mapped file.
     pub fn from_bytes_on(bytes: &[u8], shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let spec = Spec::new(shape, dtype);
-        let Some((_, size)) = spec.checked_size() else {
-            return Err(Error::shape("from_bytes", crate::ops::too_large(&spec)));
-        };
-        if size != bytes.len() {
-            let msg = format!("{} bytes do not fill {spec} ({size} bytes)", bytes.len());
-            return Err(Error::shape("from_bytes", msg));
-        }
-        // A bool byte other than 0 or 1 is no bool XLA reads consistently.
-        if dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
-            return Err(Error::invalid("from_bytes", "bool bytes must be 0 or 1"));
-        }
+        let spec = checked_bytes("from_bytes", bytes, shape, dtype)?;
         let t = super::dispatch::upload(bytes, spec, device)?;
         Ok(t.with_host_bounds(int_bounds(bytes, dtype)))
     }
@@ -154,4 +143,21 @@ fn int_bounds(bytes: &[u8], dtype: DType) -> Option<(i64, i64)> {
         }
         _ => None,
     }
+}
+
+/// The spec of `shape` and `dtype` when `bytes` fill it exactly (and, for bools, hold only 0 and
+/// 1: other bytes are no bool XLA reads consistently); an error naming `op` otherwise.
+pub(crate) fn checked_bytes(op: &'static str, bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Spec> {
+    let spec = Spec::new(shape, dtype);
+    let Some((_, size)) = spec.checked_size() else {
+        return Err(Error::shape(op, crate::ops::too_large(&spec)));
+    };
+    if size != bytes.len() {
+        let msg = format!("{} bytes do not fill {spec} ({size} bytes)", bytes.len());
+        return Err(Error::shape(op, msg));
+    }
+    if dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
+        return Err(Error::invalid(op, "bool bytes must be 0 or 1"));
+    }
+    Ok(spec)
 }

@@ -104,14 +104,7 @@ impl Tensor {
         mesh: &Mesh,
         spec: &PartitionSpec,
     ) -> Result<Tensor> {
-        let full = Spec::new(shape, dtype);
-        let Some((_, size)) = full.checked_size() else {
-            return Err(Error::shape("from_bytes_sharded", crate::ops::too_large(&full)));
-        };
-        if size != bytes.len() {
-            let msg = format!("{} bytes do not fill {full} ({size} bytes)", bytes.len());
-            return Err(Error::shape("from_bytes_sharded", msg));
-        }
+        let full = super::create::checked_bytes("from_bytes_sharded", bytes, shape, dtype)?;
         Tensor::upload_blocks(bytes, &full, Sharding::new(mesh, spec, shape)?)
     }
 
