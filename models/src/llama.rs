@@ -190,12 +190,7 @@ impl Llama {
             };
             let o_proj = attn.linear("o_proj", h, nq, cfg.o_bias, row)?;
             let mlp = if cfg.sparse_layers.get(l) == Some(&true) {
-                LlamaMlp::Sparse(match params.checkpoint_source() {
-                    Some((w, placement)) => {
-                        crate::moe::load_experts(cfg, w, layer.prefix(), params.dtype(), placement)?
-                    }
-                    None => crate::moe::new_experts(cfg, params.dtype())?,
-                })
+                LlamaMlp::Sparse(crate::moe::experts(cfg, &layer.pp(cfg.moe_names.block))?)
             } else {
                 let m = layer.pp("mlp");
                 let [gate_proj, up_proj] = if fused {

@@ -1,15 +1,15 @@
 //! What the mixture-of-experts families share (Mixtral, Qwen2-MoE, Qwen3-MoE): reading the
-//! experts' config fields, loading one layer's experts stacked into an
-//! [`eager::nn::SparseMoe`] (placed as the rest of the model is: over a mesh, split by
-//! expert), and splitting the stacked experts back into one tensor per expert on save, under
-//! the family's names ([`MoeNames`]).
+//! experts' config fields, building one layer's experts stacked into an
+//! [`eager::nn::SparseMoe`] through [`Params`] (read and placed as the rest of the model is,
+//! over a mesh split by expert, or fresh), and splitting the stacked experts back into one
+//! tensor per expert on save, under the family's names ([`MoeNames`]).
 
 use eager::nn::{Linear, SparseMoe, SwiGlu};
-use eager::{DType, Tensor, Var};
+use eager::Tensor;
 use serde_json::Value;
 
 use crate::config::{Config, MoeNames};
-use crate::weights::{Placement, Weights};
+use crate::params::{Init, Params};
 use crate::{ModelError, Result};
 
 /// The experts' fields every MoE family reads: `num_experts_per_tok` (default
@@ -46,66 +46,44 @@ pub(crate) fn flag(cfg: &Config, name: &str, default: bool) -> bool {
     cfg.raw.get(name).and_then(Value::as_bool).unwrap_or(default)
 }
 
-/// Layer `p`'s experts (`{p}.{block}.*`), stacked on the host into one [`SparseMoe`] and placed
-/// by `placement` (over a mesh, split by expert: expert parallelism), with the shared expert
-/// where the config has one.
-pub fn load_experts(
-    cfg: &Config,
-    w: &Weights,
-    p: &str,
-    dtype: DType,
-    placement: &Placement,
-) -> Result<SparseMoe> {
+/// One layer's experts under `p` (the layer's `{block}`), stacked into one [`SparseMoe`]: read
+/// and joined on the host, then placed as the rest of the model (over a mesh, split by expert:
+/// expert parallelism), or fresh (drawn in the order router, gate, down, up, shared expert);
+/// with the shared expert where the config has one.
+pub fn experts(cfg: &Config, p: &Params) -> Result<SparseMoe> {
     let (h, i, e) = (cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts);
     let names = &cfg.moe_names;
-    let m = format!("{p}.{}", names.block);
-    let stacked = |name: &str, shape: &[usize]| -> Result<Var> {
-        let mut bytes = Vec::new();
-        for x in 0..e {
-            bytes.extend_from_slice(&w.bytes(&format!("{m}.experts.{x}.{name}.weight"), shape, dtype)?);
-        }
-        let all: Vec<usize> = std::iter::once(e).chain(shape.iter().copied()).collect();
-        Ok(Var::parameter("weight", placement.place(&bytes, &all, dtype, Some(0))?)?)
+    let gate = Linear { weight: p.var("gate.weight", &[e, h], Init::Normal, None)?, bias: None };
+    let stacked = |var: &str, which: &str, shape: &[usize]| {
+        p.stacked(var, |x| format!("experts.{x}.{which}.weight"), e, shape, Init::Normal, Some(0))
     };
-    let linear = |name: &str, shape: &[usize], split: Option<usize>| -> Result<Linear> {
-        let t = w.get_placed(&format!("{m}.{name}.weight"), shape, dtype, placement, split)?;
-        Ok(Linear { weight: Var::parameter("weight", t)?, bias: None })
-    };
+    let w1 = stacked("w1", names.gate, &[i, h])?;
+    let w2 = stacked("w2", names.down, &[h, i])?;
+    let w3 = stacked("w3", names.up, &[i, h])?;
     let s = cfg.shared_expert_intermediate_size;
     let shared_expert = if s > 0 {
+        let (col, row) = (0, 1);
         let expert = SwiGlu {
-            gate_proj: linear("shared_expert.gate_proj", &[s, h], Some(0))?,
-            up_proj: linear("shared_expert.up_proj", &[s, h], Some(0))?,
-            down_proj: linear("shared_expert.down_proj", &[h, s], Some(1))?,
+            gate_proj: p.linear("shared_expert.gate_proj", s, h, false, col)?,
+            up_proj: p.linear("shared_expert.up_proj", s, h, false, col)?,
+            down_proj: p.linear("shared_expert.down_proj", h, s, false, row)?,
             act: Default::default(),
         };
-        Some((expert, linear("shared_expert_gate", &[1, h], None)?))
+        let gate =
+            Linear { weight: p.var("shared_expert_gate.weight", &[1, h], Init::Normal, None)?, bias: None };
+        Some((expert, gate))
     } else {
         None
     };
     Ok(SparseMoe {
-        gate: linear("gate", &[e, h], None)?,
-        w1: stacked(names.gate, &[i, h])?,
-        w2: stacked(names.down, &[h, i])?,
-        w3: stacked(names.up, &[i, h])?,
+        gate,
+        w1,
+        w2,
+        w3,
         top_k: cfg.num_experts_per_tok,
         norm_topk_prob: cfg.norm_topk_prob,
         shared_expert,
     })
-}
-
-/// A fresh block of the config's experts (weights N(0, 0.02)), with its shared expert if any.
-pub fn new_experts(cfg: &Config, dtype: DType) -> Result<SparseMoe> {
-    let h = cfg.hidden_size;
-    let mut moe =
-        SparseMoe::new(h, cfg.moe_intermediate_size, cfg.num_experts, cfg.num_experts_per_tok, dtype)?;
-    moe.norm_topk_prob = cfg.norm_topk_prob;
-    let s = cfg.shared_expert_intermediate_size;
-    if s > 0 {
-        let gate = Linear::with_options(h, 1, false, dtype)?;
-        moe.shared_expert = Some((SwiGlu::new(h, s, false, dtype)?, gate));
-    }
-    Ok(moe)
 }
 
 /// A state dict under eager's stacked names (`{block}.experts.w1`, `[E, I, H]`) split into the

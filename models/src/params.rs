@@ -102,6 +102,32 @@ impl<'a> Params<'a> {
         })
     }
 
+    /// The tensors `name(0)`, …, `name(count - 1)` (each of `shape`) stacked into one
+    /// `[count, shape..]` parameter named `var_name`: read and joined on the host, then placed
+    /// (split along dim `split` over a mesh), or fresh as `init`.
+    pub fn stacked(
+        &self,
+        var_name: &str,
+        name: impl Fn(usize) -> String,
+        count: usize,
+        shape: &[usize],
+        init: Init,
+        split: Option<usize>,
+    ) -> Result<Var> {
+        let all: Vec<usize> = std::iter::once(count).chain(shape.iter().copied()).collect();
+        let t = match self.source {
+            Source::Checkpoint(w, placement) => {
+                let mut bytes = Vec::new();
+                for i in 0..count {
+                    bytes.extend_from_slice(&w.bytes(&self.name(&name(i)), shape, self.dtype)?);
+                }
+                placement.place(&bytes, &all, self.dtype, split)?
+            }
+            Source::Fresh => Params::fresh(self.dtype).tensor("", &all, init, None)?,
+        };
+        Ok(Var::parameter(var_name, t)?)
+    }
+
     /// [`Params::tensor`] as a parameter named by its last dotted part.
     pub fn var(&self, name: &str, shape: &[usize], init: Init, split: Option<usize>) -> Result<Var> {
         let t = self.tensor(name, shape, init, split)?;
