@@ -1,34 +1,27 @@
 //! BERT as an encoder (`BertModel`'s `last_hidden_state`, for embeddings): word, position and
 //! token-type embeddings, post-norm layers of bidirectional attention under a padding mask,
-//! exact GELU. Tensors named `embeddings.…`/`encoder.layer.0.…`, or under `bert.` as a task
-//! model saves them; the pooler, when present, is not used.
+//! exact GELU. Tensors named `embeddings.…`/`encoder.layer.0.…` (as fresh models are), or under
+//! `bert.` as a task model saves them; the pooler, when present, is not used. The tree is
+//! walked once through [`Params`], for loading and fresh weights; the attention, MLP and
+//! post-norm residual are `layers`' shared pieces.
 
-use eager::nn::{
-    attend_heads, gelu_exact, merge_heads, split_heads, AttentionOptions, Embedding, LayerNorm, Linear,
-    Module,
-};
+use eager::nn::{AttentionOptions, Embedding, LayerNorm, Module};
 use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
-use crate::weights::Weights;
+use crate::layers::{prefixed, GeluKind, GeluMlp, NormLayout, Qkv, SelfAttention};
+use crate::params::Params;
+use crate::weights::{Placement, Weights};
 use crate::{ModelError, Result};
 
 /// One encoder layer (post-norm): self-attention, add and norm, then the GELU MLP, add and norm.
 pub struct BertLayer {
-    /// The query projection (`attention.self.query`).
-    pub query: Linear,
-    /// The key projection (`attention.self.key`).
-    pub key: Linear,
-    /// The value projection (`attention.self.value`).
-    pub value: Linear,
-    /// The attention's output projection (`attention.output.dense`).
-    pub attention_output: Linear,
+    /// The attention: `attention.self.query`, `key`, `value`, the output `attention.output.dense`.
+    pub attention: SelfAttention,
     /// The norm after the attention's residual (`attention.output.LayerNorm`).
     pub attention_norm: LayerNorm,
-    /// The MLP's first projection (`intermediate.dense`).
-    pub intermediate: Linear,
-    /// The MLP's second projection (`output.dense`).
-    pub output: Linear,
+    /// The MLP: `intermediate.dense`, then `output.dense`.
+    pub mlp: GeluMlp,
     /// The norm after the MLP's residual (`output.LayerNorm`).
     pub output_norm: LayerNorm,
 }
@@ -54,58 +47,60 @@ pub struct Bert {
 impl Bert {
     /// Builds the encoder from `w` (tensors cast to `dtype`, uploaded to `device`), checking each against `cfg`.
     pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Bert> {
-        if cfg.hidden_act != "gelu" {
-            return Err(ModelError::Unsupported(format!("BERT activation `{}` (only gelu)", cfg.hidden_act)));
-        }
-        let prefix = if w.contains("bert.embeddings.word_embeddings.weight") { "bert." } else { "" };
-        let (d, inner) = (cfg.hidden_size, cfg.intermediate_size);
-        let param = |name: &str, shape: &[usize]| -> Result<Var> {
-            Ok(Var::parameter(
-                name.rsplit('.').next().unwrap_or(name),
-                w.get(&format!("{prefix}{name}"), shape, dtype, device)?,
-            )?)
-        };
-        let linear = |name: &str, out: usize, inp: usize| -> Result<Linear> {
-            Ok(Linear {
-                weight: param(&format!("{name}.weight"), &[out, inp])?,
-                bias: Some(param(&format!("{name}.bias"), &[out])?),
-            })
-        };
-        let ln = |name: &str| -> Result<LayerNorm> {
-            Ok(LayerNorm {
-                weight: param(&format!("{name}.weight"), &[d])?,
-                bias: param(&format!("{name}.bias"), &[d])?,
-                eps: cfg.norm_eps,
-            })
-        };
+        Bert::build(cfg, &Params::checkpoint(w, &Placement::Device(device), dtype))
+    }
+
+    /// A freshly initialised encoder of `cfg` (weights N(0, 0.02), biases zeros, norms at their
+    /// identity), named as `BertModel` saves it.
+    pub fn new(cfg: &Config, dtype: DType) -> Result<Bert> {
+        Bert::build(cfg, &Params::fresh(dtype))
+    }
+
+    /// The encoder's tree, walked once under Hugging Face's names: read or fresh as `params` is.
+    fn build(cfg: &Config, params: &Params) -> Result<Bert> {
+        let act = GeluKind::of(cfg, "BERT")?;
+        let tagged = params.contains("bert.embeddings.word_embeddings.weight");
+        let (root, prefix) = if tagged { (params.pp("bert"), "bert.") } else { (params.clone(), "") };
+        let (d, inner, heads) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads);
+        let (col, row) = (0, 1);
+        let ln = |p: &Params, name: &str| p.layer_norm(name, d, cfg.norm_eps);
+        let emb = root.pp("embeddings");
+        let word_embeddings = emb.embedding("word_embeddings", cfg.vocab_size, d)?;
+        let position_embeddings = emb.embedding("position_embeddings", cfg.max_position_embeddings, d)?;
+        let token_type_embeddings = emb.embedding("token_type_embeddings", cfg.type_vocab_size, d)?;
+        let embeddings_norm = ln(&emb, "LayerNorm")?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|l| {
-                let p = format!("encoder.layer.{l}");
+                let layer = root.pp(&format!("encoder.layer.{l}"));
+                let (attn, out) = (layer.pp("attention.self"), layer.pp("attention.output"));
                 Ok(BertLayer {
-                    query: linear(&format!("{p}.attention.self.query"), d, d)?,
-                    key: linear(&format!("{p}.attention.self.key"), d, d)?,
-                    value: linear(&format!("{p}.attention.self.value"), d, d)?,
-                    attention_output: linear(&format!("{p}.attention.output.dense"), d, d)?,
-                    attention_norm: ln(&format!("{p}.attention.output.LayerNorm"))?,
-                    intermediate: linear(&format!("{p}.intermediate.dense"), inner, d)?,
-                    output: linear(&format!("{p}.output.dense"), d, inner)?,
-                    output_norm: ln(&format!("{p}.output.LayerNorm"))?,
+                    attention: SelfAttention {
+                        qkv: Qkv::Separate([
+                            attn.linear("query", d, d, true, col)?,
+                            attn.linear("key", d, d, true, col)?,
+                            attn.linear("value", d, d, true, col)?,
+                        ]),
+                        out: out.linear("dense", d, d, true, row)?,
+                        heads,
+                        head_dim: d / heads,
+                    },
+                    attention_norm: ln(&out, "LayerNorm")?,
+                    mlp: GeluMlp {
+                        up: layer.linear("intermediate.dense", inner, d, true, col)?,
+                        down: layer.linear("output.dense", d, inner, true, row)?,
+                        act,
+                    },
+                    output_norm: ln(&layer, "output.LayerNorm")?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Bert {
             config: cfg.clone(),
             prefix: prefix.to_string(),
-            word_embeddings: Embedding {
-                weight: param("embeddings.word_embeddings.weight", &[cfg.vocab_size, d])?,
-            },
-            position_embeddings: Embedding {
-                weight: param("embeddings.position_embeddings.weight", &[cfg.max_position_embeddings, d])?,
-            },
-            token_type_embeddings: Embedding {
-                weight: param("embeddings.token_type_embeddings.weight", &[cfg.type_vocab_size, d])?,
-            },
-            embeddings_norm: ln("embeddings.LayerNorm")?,
+            word_embeddings,
+            position_embeddings,
+            token_type_embeddings,
+            embeddings_norm,
             layers,
         })
     }
@@ -139,21 +134,13 @@ impl Bert {
             Some(m) => Some(m.ne_scalar(0.0)?.reshape(&[b as isize, 1, 1, t as isize])?),
             None => None,
         };
-        let heads = self.config.num_attention_heads;
         for l in &self.layers {
-            let split = |p: &Linear| split_heads(&p.forward(&x)?, heads);
-            let (q, k, v) = (split(&l.query)?, split(&l.key)?, split(&l.value)?);
-            let a = attend_heads(
-                &q,
-                &k,
-                &v,
-                AttentionOptions { mask: mask.as_ref(), ..Default::default() },
-                None,
+            let opts = AttentionOptions { mask: mask.as_ref(), ..Default::default() };
+            x = NormLayout::Post { attn: &l.attention_norm, mlp: &l.output_norm }.apply(
+                &x,
+                |x| l.attention.forward_with(x, None, opts, None),
+                |x| l.mlp.forward(x),
             )?;
-            let a = l.attention_output.forward(&merge_heads(&a)?)?;
-            x = l.attention_norm.forward(&a.add(&x)?)?;
-            let m = l.output.forward(&gelu_exact(&l.intermediate.forward(&x)?)?)?;
-            x = l.output_norm.forward(&m.add(&x)?)?;
         }
         Ok(x)
     }
@@ -167,23 +154,30 @@ impl Module for Bert {
     fn named_parameters(&self) -> Vec<(String, Var)> {
         let p = &self.prefix;
         let mut v = Vec::new();
-        let mut add = |name: String, params: Vec<(String, Var)>| {
-            v.extend(params.into_iter().map(|(n, var)| (format!("{p}{name}.{n}"), var)))
-        };
-        add("embeddings.word_embeddings".into(), self.word_embeddings.named_parameters());
-        add("embeddings.position_embeddings".into(), self.position_embeddings.named_parameters());
-        add("embeddings.token_type_embeddings".into(), self.token_type_embeddings.named_parameters());
-        add("embeddings.LayerNorm".into(), self.embeddings_norm.named_parameters());
+        let embeddings = [
+            ("word_embeddings", self.word_embeddings.named_parameters()),
+            ("position_embeddings", self.position_embeddings.named_parameters()),
+            ("token_type_embeddings", self.token_type_embeddings.named_parameters()),
+            ("LayerNorm", self.embeddings_norm.named_parameters()),
+        ];
+        for (name, params) in embeddings {
+            v.extend(prefixed(&format!("{p}embeddings.{name}"), params));
+        }
         for (i, l) in self.layers.iter().enumerate() {
-            let q = format!("encoder.layer.{i}");
-            add(format!("{q}.attention.self.query"), l.query.named_parameters());
-            add(format!("{q}.attention.self.key"), l.key.named_parameters());
-            add(format!("{q}.attention.self.value"), l.value.named_parameters());
-            add(format!("{q}.attention.output.dense"), l.attention_output.named_parameters());
-            add(format!("{q}.attention.output.LayerNorm"), l.attention_norm.named_parameters());
-            add(format!("{q}.intermediate.dense"), l.intermediate.named_parameters());
-            add(format!("{q}.output.dense"), l.output.named_parameters());
-            add(format!("{q}.output.LayerNorm"), l.output_norm.named_parameters());
+            let q = format!("{p}encoder.layer.{i}");
+            let names = [
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+            ];
+            v.extend(prefixed(&q, l.attention.named_parameters(&names)));
+            v.extend(prefixed(
+                &format!("{q}.attention.output.LayerNorm"),
+                l.attention_norm.named_parameters(),
+            ));
+            v.extend(prefixed(&q, l.mlp.named_parameters(["intermediate.dense", "output.dense"])));
+            v.extend(prefixed(&format!("{q}.output.LayerNorm"), l.output_norm.named_parameters()));
         }
         v
     }

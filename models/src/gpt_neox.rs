@@ -8,18 +8,19 @@
 //! `embed_out` (transformers 5 calls it `lm_head` in memory and saves it as `embed_out`).
 //! Config names read as transformers 4 wrote them (`rotary_pct`, `rotary_emb_base`) and as 5
 //! does (`rope_parameters` with `partial_rotary_factor`, `rope_theta`); parameters keep
-//! transformers' names (`gpt_neox.layers.0.attention.query_key_value.weight`, …).
+//! transformers' names (`gpt_neox.layers.0.attention.query_key_value.weight`, …), walked
+//! once through [`Params`] for loading and fresh weights; the attention, MLP and residual are
+//! `layers`' shared pieces.
 
-use eager::nn::{
-    apply_rotary, attend_heads, gelu, gelu_exact, merge_heads, split_heads, AttentionOptions, Embedding,
-    LayerNorm, Linear, Module, RotaryEmbedding, StaticKvCache,
-};
+use eager::nn::{AttentionOptions, Embedding, LayerNorm, Linear, Module, RotaryEmbedding, StaticKvCache};
 use eager::{DType, Device, Tensor, Var};
 use serde_json::Value;
 
 use crate::config::Config;
 use crate::generate::{prepare_for_inference, CausalLm};
-use crate::weights::Weights;
+use crate::layers::{prefixed, GeluKind, GeluMlp, NormLayout, Qkv, SelfAttention};
+use crate::params::Params;
+use crate::weights::{Placement, Weights};
 use crate::{ModelError, Result};
 
 /// GPT-NeoX's fields and defaults where they differ from what [`Config`] reads for every
@@ -61,14 +62,11 @@ pub struct GptNeoXLayer {
     pub input_layernorm: LayerNorm,
     /// The norm before the MLP (of the layer's input when the residual is parallel).
     pub post_attention_layernorm: LayerNorm,
-    /// q, k and v in one projection, `[heads · 3 · head_dim, hidden]`, per head q, k, v.
-    pub query_key_value: Linear,
-    /// The attention's output projection (`attention.dense`).
-    pub dense: Linear,
-    /// The MLP's first projection, `hidden -> intermediate`.
-    pub dense_h_to_4h: Linear,
-    /// The MLP's second projection, `intermediate -> hidden`.
-    pub dense_4h_to_h: Linear,
+    /// The attention: q, k and v in one `attention.query_key_value`, `[heads · 3 · head_dim,
+    /// hidden]`, per head q, k, v; the output `attention.dense`.
+    pub attention: SelfAttention,
+    /// The MLP: `mlp.dense_h_to_4h` (`hidden -> intermediate`), then `mlp.dense_4h_to_h`.
+    pub mlp: GeluMlp,
 }
 
 /// GPT-NeoX (`GPTNeoXForCausalLM`): token embeddings, the layers, a final LayerNorm, the head.
@@ -89,8 +87,6 @@ pub struct GptNeoX {
     pub rotary_ndims: usize,
     /// `x + attn(ln1(x)) + mlp(ln2(x))` when true, else `y = x + attn(ln1(x)); y + mlp(ln2(y))`.
     pub use_parallel_residual: bool,
-    /// Exact GELU (`gelu`) or its tanh approximation (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`).
-    pub exact_gelu: bool,
     /// The dtype the weights were loaded in.
     pub dtype: DType,
 }
@@ -98,15 +94,32 @@ pub struct GptNeoX {
 impl GptNeoX {
     /// Builds the model from `w` (tensors cast to `dtype`, uploaded to `device`), checking each against `cfg`.
     pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<GptNeoX> {
-        let exact_gelu = match cfg.hidden_act.as_str() {
-            "gelu" => true,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => false,
-            other => {
-                return Err(ModelError::Unsupported(format!(
-                    "GPT-NeoX activation `{other}` (gelu, gelu_new, gelu_pytorch_tanh, gelu_fast)"
-                )))
-            }
+        GptNeoX::load_placed(cfg, w, dtype, &Placement::Device(device))
+    }
+
+    /// [`GptNeoX::load`] with each weight placed as `placement` says: over a mesh, the fused
+    /// `query_key_value` and `dense_h_to_4h` split by output rows (its per-head layout gives each
+    /// device whole heads' q, k and v), `dense` and `dense_4h_to_h` by input columns, the
+    /// embeddings and the head by vocabulary, norms whole.
+    pub fn load_placed(cfg: &Config, w: &Weights, dtype: DType, placement: &Placement) -> Result<GptNeoX> {
+        let mut model = GptNeoX::build(cfg, &Params::checkpoint(w, placement, dtype))?;
+        let rotary = model.rotary.with_table(cfg.max_position_embeddings, placement.first_device())?;
+        model.rotary = match placement {
+            Placement::Mesh { mesh, .. } => rotary.replicate(mesh)?,
+            Placement::Device(_) => rotary,
         };
+        Ok(model)
+    }
+
+    /// A freshly initialised model of `cfg` (weights N(0, 0.02), biases zeros, norms at their
+    /// identity), for training from scratch.
+    pub fn new(cfg: &Config, dtype: DType) -> Result<GptNeoX> {
+        GptNeoX::build(cfg, &Params::fresh(dtype))
+    }
+
+    /// The model's tree, walked once under Hugging Face's names: read or fresh as `params` is.
+    fn build(cfg: &Config, params: &Params) -> Result<GptNeoX> {
+        let act = GeluKind::of(cfg, "GPT-NeoX")?;
         let (h, i, heads) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads);
         if !h.is_multiple_of(heads) {
             return Err(ModelError::Unsupported(format!("hidden_size {h} not a multiple of {heads} heads")));
@@ -119,112 +132,57 @@ impl GptNeoX {
                 "GPT-NeoX rotary over {rotary_ndims} of {hd} dims per head (needs an even count, 2 to {hd})"
             )));
         }
-        let param = |name: &str, shape: &[usize]| -> Result<Var> {
-            Ok(Var::parameter(name.rsplit('.').next().unwrap_or(name), w.get(name, shape, dtype, device)?)?)
-        };
-        let linear = |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
-            let weight = param(&format!("{name}.weight"), &[out, inp])?;
-            let bias = if bias { Some(param(&format!("{name}.bias"), &[out])?) } else { None };
-            Ok(Linear { weight, bias })
-        };
-        let ln = |name: &str| -> Result<LayerNorm> {
-            Ok(LayerNorm {
-                weight: param(&format!("{name}.weight"), &[h])?,
-                bias: param(&format!("{name}.bias"), &[h])?,
-                eps: cfg.norm_eps,
-            })
-        };
+        let (col, row) = (0, 1);
+        let model = params.pp("gpt_neox");
+        let ln = |p: &Params, name: &str| p.layer_norm(name, h, cfg.norm_eps);
+        let embed_in = model.embedding("embed_in", cfg.vocab_size, h)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|l| {
-                let p = format!("gpt_neox.layers.{l}");
+                let layer = model.pp(&format!("layers.{l}"));
+                let (attn, mlp) = (layer.pp("attention"), layer.pp("mlp"));
+                let qkv = attn.linear("query_key_value", 3 * h, h, cfg.qkv_bias, col)?;
                 Ok(GptNeoXLayer {
-                    input_layernorm: ln(&format!("{p}.input_layernorm"))?,
-                    post_attention_layernorm: ln(&format!("{p}.post_attention_layernorm"))?,
-                    query_key_value: linear(
-                        &format!("{p}.attention.query_key_value"),
-                        3 * h,
-                        h,
-                        cfg.qkv_bias,
-                    )?,
-                    dense: linear(&format!("{p}.attention.dense"), h, h, cfg.o_bias)?,
-                    dense_h_to_4h: linear(&format!("{p}.mlp.dense_h_to_4h"), i, h, true)?,
-                    dense_4h_to_h: linear(&format!("{p}.mlp.dense_4h_to_h"), h, i, true)?,
+                    input_layernorm: ln(&layer, "input_layernorm")?,
+                    post_attention_layernorm: ln(&layer, "post_attention_layernorm")?,
+                    attention: SelfAttention {
+                        qkv: Qkv::FusedPerHead(qkv),
+                        out: attn.linear("dense", h, h, cfg.o_bias, row)?,
+                        heads,
+                        head_dim: hd,
+                    },
+                    mlp: GeluMlp {
+                        up: mlp.linear("dense_h_to_4h", i, h, true, col)?,
+                        down: mlp.linear("dense_4h_to_h", h, i, true, row)?,
+                        act,
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let embed_in = Embedding { weight: param("gpt_neox.embed_in.weight", &[cfg.vocab_size, h])? };
+        let final_layer_norm = ln(&model, "final_layer_norm")?;
         // Saved as `embed_out`; transformers 5's in-memory name `lm_head` is read too; a tied
         // checkpoint may have neither.
-        let embed_out = if w.contains("lm_head.weight") && !w.contains("embed_out.weight") {
-            linear("lm_head", cfg.vocab_size, h, false)?
-        } else if cfg.tie_word_embeddings && !w.contains("embed_out.weight") {
+        let embed_out = if params.contains("lm_head.weight") && !params.contains("embed_out.weight") {
+            params.linear("lm_head", cfg.vocab_size, h, false, col)?
+        } else if cfg.tie_word_embeddings && !params.contains("embed_out.weight") {
             Linear { weight: embed_in.weight.clone(), bias: None }
         } else {
-            linear("embed_out", cfg.vocab_size, h, false)?
+            params.linear("embed_out", cfg.vocab_size, h, false, col)?
         };
-        let rotary = RotaryEmbedding::new(rotary_ndims, cfg.rope_theta, &cfg.rope_scaling)?
-            .with_table(cfg.max_position_embeddings, device)?;
         Ok(GptNeoX {
             config: cfg.clone(),
             embed_in,
             layers,
-            final_layer_norm: ln("gpt_neox.final_layer_norm")?,
+            final_layer_norm,
             embed_out,
-            rotary,
+            rotary: RotaryEmbedding::new(rotary_ndims, cfg.rope_theta, &cfg.rope_scaling)?,
             rotary_ndims,
             use_parallel_residual: cfg
                 .raw
                 .get("use_parallel_residual")
                 .and_then(Value::as_bool)
                 .unwrap_or(true),
-            exact_gelu,
-            dtype,
+            dtype: params.dtype(),
         })
-    }
-
-    fn head_dim(&self) -> usize {
-        self.config.hidden_size / self.config.num_attention_heads
-    }
-
-    /// Rotary on the first `rotary_ndims` dims of each head of `x` `[B, heads, T, head_dim]`,
-    /// the rest passed through.
-    fn rotate(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        let (r, hd) = (self.rotary_ndims, self.head_dim());
-        if r == hd {
-            return Ok(apply_rotary(x, cos, sin)?);
-        }
-        let rotated = apply_rotary(&x.narrow(-1, 0, r)?, cos, sin)?;
-        Ok(Tensor::cat(&[&rotated, &x.narrow(-1, r, hd - r)?], -1)?)
-    }
-
-    /// One layer's attention of `x` (normed) `[B, T, hidden]`.
-    fn attend(
-        &self,
-        layer: &GptNeoXLayer,
-        x: &Tensor,
-        rope: (&Tensor, &Tensor),
-        mask: &Tensor,
-        cache: Option<(&mut StaticKvCache, &Tensor)>,
-    ) -> Result<Tensor> {
-        let hd = self.head_dim();
-        // [B, heads, T, 3 · head_dim]: each head's q, k and v side by side.
-        let qkv = split_heads(&layer.query_key_value.forward(x)?, self.config.num_attention_heads)?;
-        let q = self.rotate(&qkv.narrow(-1, 0, hd)?, rope.0, rope.1)?;
-        let k = self.rotate(&qkv.narrow(-1, hd, hd)?, rope.0, rope.1)?;
-        let v = qkv.narrow(-1, 2 * hd, hd)?;
-        Ok(layer.dense.forward(&merge_heads(&attend_heads(
-            &q,
-            &k,
-            &v,
-            AttentionOptions::causal_under(Some(mask)),
-            cache,
-        )?)?)?)
-    }
-
-    fn mlp(&self, layer: &GptNeoXLayer, x: &Tensor) -> Result<Tensor> {
-        let up = layer.dense_h_to_4h.forward(x)?;
-        let act = if self.exact_gelu { gelu_exact(&up)? } else { gelu(&up)? };
-        Ok(layer.dense_4h_to_h.forward(&act)?)
     }
 }
 
@@ -236,7 +194,8 @@ impl CausalLm for GptNeoX {
     fn prepare_inference(&self) -> Result<()> {
         let mut projections: Vec<&Linear> = Vec::new();
         for l in &self.layers {
-            projections.extend([&l.query_key_value, &l.dense, &l.dense_h_to_4h, &l.dense_4h_to_h]);
+            projections.extend(l.attention.projections());
+            projections.extend([&l.mlp.up, &l.mlp.down]);
         }
         // A head tied to the embeddings keeps the embeddings' layout (their lookups read rows).
         if !self.embed_out.weight.ptr_eq(&self.embed_in.weight) {
@@ -247,10 +206,7 @@ impl CausalLm for GptNeoX {
 
     fn new_cache(&self, batch: usize, capacity: usize) -> Result<Vec<StaticKvCache>> {
         let dev = self.embed_in.weight.get().device();
-        let heads = self.config.num_attention_heads;
-        Ok((0..self.layers.len())
-            .map(|_| StaticKvCache::new(batch, heads, capacity, self.head_dim(), self.dtype, dev))
-            .collect::<eager::Result<_>>()?)
+        self.layers.iter().map(|l| l.attention.new_cache(batch, capacity, self.dtype, dev)).collect()
     }
 
     fn step(
@@ -264,15 +220,18 @@ impl CausalLm for GptNeoX {
         let (cos, sin) = self.rotary.cos_sin(positions, self.dtype)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_mut().map(|(c, start)| (&mut c[i], *start));
-            let a =
-                self.attend(layer, &layer.input_layernorm.forward(&h)?, (&cos, &sin), mask, layer_cache)?;
-            h = if self.use_parallel_residual {
-                let m = self.mlp(layer, &layer.post_attention_layernorm.forward(&h)?)?;
-                h.add(&a)?.add(&m)?
+            let (attn, mlp) = (&layer.input_layernorm, &layer.post_attention_layernorm);
+            let layout = if self.use_parallel_residual {
+                NormLayout::Parallel { attn, mlp }
             } else {
-                let y = h.add(&a)?;
-                y.add(&self.mlp(layer, &layer.post_attention_layernorm.forward(&y)?)?)?
+                NormLayout::Pre { attn, mlp }
             };
+            let opts = AttentionOptions::causal_under(Some(mask));
+            h = layout.apply(
+                &h,
+                |x| layer.attention.forward_with(x, Some((&cos, &sin)), opts, layer_cache),
+                |x| layer.mlp.forward(x),
+            )?;
         }
         Ok(self.embed_out.forward(&self.final_layer_norm.forward(&h)?)?)
     }
@@ -288,24 +247,18 @@ impl Module for GptNeoX {
         let mut v = vec![("gpt_neox.embed_in.weight".to_string(), self.embed_in.weight.clone())];
         for (i, l) in self.layers.iter().enumerate() {
             let p = format!("gpt_neox.layers.{i}");
-            let sub = [
-                ("input_layernorm", l.input_layernorm.named_parameters()),
-                ("post_attention_layernorm", l.post_attention_layernorm.named_parameters()),
-                ("attention.query_key_value", l.query_key_value.named_parameters()),
-                ("attention.dense", l.dense.named_parameters()),
-                ("mlp.dense_h_to_4h", l.dense_h_to_4h.named_parameters()),
-                ("mlp.dense_4h_to_h", l.dense_4h_to_h.named_parameters()),
-            ];
-            for (name, params) in sub {
-                v.extend(params.into_iter().map(|(n, var)| (format!("{p}.{name}.{n}"), var)));
-            }
+            v.extend(prefixed(&format!("{p}.input_layernorm"), l.input_layernorm.named_parameters()));
+            v.extend(prefixed(
+                &format!("{p}.post_attention_layernorm"),
+                l.post_attention_layernorm.named_parameters(),
+            ));
+            v.extend(prefixed(
+                &p,
+                l.attention.named_parameters(&["attention.query_key_value", "attention.dense"]),
+            ));
+            v.extend(prefixed(&p, l.mlp.named_parameters(["mlp.dense_h_to_4h", "mlp.dense_4h_to_h"])));
         }
-        v.extend(
-            self.final_layer_norm
-                .named_parameters()
-                .into_iter()
-                .map(|(n, var)| (format!("gpt_neox.final_layer_norm.{n}"), var)),
-        );
+        v.extend(prefixed("gpt_neox.final_layer_norm", self.final_layer_norm.named_parameters()));
         if !self.embed_out.weight.ptr_eq(&self.embed_in.weight) {
             v.push(("embed_out.weight".to_string(), self.embed_out.weight.clone()));
         }

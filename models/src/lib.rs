@@ -14,8 +14,10 @@
 //! # Ok::<(), eager_models::ModelError>(())
 //! ```
 //!
-//! Map: [`config`] (both config formats) and [`weights`] (mapped safetensors) → [`gpt2`],
-//! [`gpt_neox`], [`llama`] (and [`qwen3`], [`phi3`] on it), [`bert`] → [`auto`] → [`generate`], [`save`]; [`tokenizer`] stands apart.
+//! Map: [`config`] (both config formats) and [`weights`] (mapped safetensors) → [`params`]
+//! (one tree walk for loading and fresh weights) and [`layers`] (the shared norm layouts,
+//! attention and GELU MLP) → [`gpt2`], [`gpt_neox`], [`llama`] (and [`qwen3`], [`phi3`] on it),
+//! [`bert`] → [`auto`] → [`generate`], [`save`]; [`tokenizer`] stands apart.
 
 #![warn(missing_docs)]
 
@@ -27,6 +29,7 @@ pub mod gemma;
 pub mod generate;
 pub mod gpt2;
 pub mod gpt_neox;
+pub mod layers;
 pub mod llama;
 pub mod mixtral;
 pub mod moe;

@@ -16,6 +16,7 @@ use eager::{DType, Device, Tensor, Var};
 
 use crate::config::Config;
 use crate::generate::{prepare_for_inference, window_mask, CausalLm};
+use crate::layers::NormLayout;
 use crate::params::{Init, Params};
 use crate::weights::{Placement, Weights};
 use crate::{ModelError, Result};
@@ -161,9 +162,7 @@ impl Llama {
         let act = gate_activation(cfg)?;
         let norm = |p: &Params, name: &str, dim: usize| p.rms_norm(name, dim, cfg.norm_eps, cfg.norm_offset);
         let model = params.pp("model");
-        let embed_tokens = Embedding {
-            weight: model.var("embed_tokens.weight", &[cfg.vocab_size, h], Init::Normal, Some(0))?,
-        };
+        let embed_tokens = model.embedding("embed_tokens", cfg.vocab_size, h)?;
         // Phi-3's checkpoints fuse q, k and v into `qkv_proj` and gate and up into `gate_up_proj`
         // (no biases): row blocks of one weight, split here into eager's projections.
         let fused = cfg.model_type == "phi3" && params.checkpoint_source().is_some();
@@ -340,18 +339,20 @@ impl Llama {
                 Some((c, s)) if slides => (c, s),
                 _ => (&cos, &sin),
             };
-            let x = layer.input_layernorm.forward(&h)?;
-            let attn = layer.self_attn.forward_with(&x, cos, sin, Some(layer_mask), layer_cache)?;
-            match (&layer.pre_feedforward_layernorm, &layer.post_feedforward_layernorm) {
-                (Some(pre), Some(post)) => {
-                    h = h.add(&layer.post_attention_layernorm.forward(&attn)?)?;
-                    h = h.add(&post.forward(&layer.mlp.forward(&pre.forward(&h)?)?)?)?;
-                }
-                _ => {
-                    h = h.add(&attn)?;
-                    h = h.add(&layer.mlp.forward(&layer.post_attention_layernorm.forward(&h)?)?)?;
-                }
-            }
+            let layout = match (&layer.pre_feedforward_layernorm, &layer.post_feedforward_layernorm) {
+                (Some(pre), Some(post)) => NormLayout::Sandwich {
+                    attn: &layer.input_layernorm,
+                    attn_out: &layer.post_attention_layernorm,
+                    mlp: pre,
+                    mlp_out: post,
+                },
+                _ => NormLayout::Pre { attn: &layer.input_layernorm, mlp: &layer.post_attention_layernorm },
+            };
+            h = layout.apply(
+                &h,
+                |x| Ok(layer.self_attn.forward_with(x, cos, sin, Some(layer_mask), layer_cache)?),
+                |x| Ok(layer.mlp.forward(x)?),
+            )?;
         }
         if let Some(rows) = rows {
             h = h.index_select(1, rows)?;

@@ -4,7 +4,7 @@
 //! `_init_weights`, biases zeros, norms at their identity). A family walks its tree once with
 //! [`Params::pp`] for each level of Hugging Face's dotted names.
 
-use eager::nn::{Linear, RmsNorm};
+use eager::nn::{Embedding, LayerNorm, Linear, RmsNorm};
 use eager::{DType, Tensor, Var};
 
 use crate::weights::{Placement, Weights};
@@ -142,6 +142,19 @@ impl<'a> Params<'a> {
         let bias =
             if bias { Some(p.var("bias", &[out], Init::Zeros, (split == 0).then_some(0))?) } else { None };
         Ok(Linear { weight, bias })
+    }
+
+    /// An embedding table `name.weight` `[rows, dim]`, split over a mesh by its rows (the vocabulary).
+    pub fn embedding(&self, name: &str, rows: usize, dim: usize) -> Result<Embedding> {
+        Ok(Embedding { weight: self.pp(name).var("weight", &[rows, dim], Init::Normal, Some(0))? })
+    }
+
+    /// A LayerNorm over `dim` (`name.weight`, `name.bias`, whole on every device), fresh at its
+    /// identity (scale ones, shift zeros).
+    pub fn layer_norm(&self, name: &str, dim: usize, eps: f64) -> Result<LayerNorm> {
+        let p = self.pp(name);
+        let weight = p.var("weight", &[dim], Init::Ones, None)?;
+        Ok(LayerNorm { weight, bias: p.var("bias", &[dim], Init::Zeros, None)?, eps })
     }
 
     /// An RMSNorm over `dim` (`name.weight`, whole on every device) scaling by `offset + weight`.

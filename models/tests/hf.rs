@@ -5,6 +5,8 @@
 //! fused and compiled decode), BERT hidden states, tokenizer ids and chat template, sharded
 //! loads, the state_dict round trip, and the errors bad checkpoints give.
 
+mod common;
+use common::{copy_fixture, fixture};
 use std::path::{Path, PathBuf};
 
 use eager::{DType, Tensor};
@@ -12,10 +14,6 @@ use eager_models::generate::{generate, DecodeMode, GenerateOptions};
 use eager_models::tokenizer::Message;
 use eager_models::{AutoModel, ModelError, Tokenizer};
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
 
 fn refs(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(name).join("ref.json")).unwrap()).unwrap()
@@ -550,16 +548,6 @@ fn sampling_is_seeded_and_stops_at_stop_tokens() {
     )
     .unwrap();
     assert_eq!(k1[0], greedy_ref);
-}
-
-/// A copy of a fixture whose files a test may break.
-fn copy_fixture(name: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(fixture(name)).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
-    }
-    dir
 }
 
 fn load_err(dir: &Path) -> ModelError {

@@ -3,7 +3,8 @@
 //! experts by expert) gives the single-device model's logits through a compiled step, and
 //! each device holds its share of the weights, not the whole.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::fixture;
 
 use eager::mesh::{Mesh, PartitionSpec as P};
 use eager::{DType, Tensor};
@@ -13,10 +14,6 @@ use eager_models::AutoModel;
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 /// The logits of a 15-token prompt through one compiled program (the prompt whole on every
@@ -36,7 +33,19 @@ fn logits(model: &AutoModel, mesh: Option<&Mesh>) -> Vec<f32> {
     step.call(&[&ids]).unwrap().remove(0).to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
 }
 
+/// The names of a family's q projection, output projection, embeddings and final norm.
+const LLAMA_NAMES: [&str; 4] = [
+    "model.layers.0.self_attn.q_proj.weight",
+    "model.layers.0.self_attn.o_proj.weight",
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+];
+
 fn check(name: &str) {
+    check_named(name, LLAMA_NAMES);
+}
+
+fn check_named(name: &str, [q, o, embed, norm]: [&str; 4]) {
     let _serial = serial();
     let mesh = Mesh::new(&[("model", 4)]).expect("the CPU plugin shows 4 devices");
     let single = AutoModel::from_dir(fixture(name), eager::default_device(), None).unwrap();
@@ -52,10 +61,10 @@ fn check(name: &str) {
     }
     let split =
         |n: &str| params.iter().find(|(p, _)| p == n).unwrap().1.get().sharding().unwrap().spec().clone();
-    assert_eq!(split("model.layers.0.self_attn.q_proj.weight"), P::new(&[Some("model")]));
-    assert_eq!(split("model.layers.0.self_attn.o_proj.weight"), P::new(&[None, Some("model")]));
-    assert_eq!(split("model.embed_tokens.weight"), P::new(&[Some("model")]));
-    assert_eq!(split("model.norm.weight"), P::replicated());
+    assert_eq!(split(q), P::new(&[Some("model")]));
+    assert_eq!(split(o), P::new(&[None, Some("model")]));
+    assert_eq!(split(embed), P::new(&[Some("model")]));
+    assert_eq!(split(norm), P::replicated());
     let got = logits(&sharded, Some(&mesh));
     let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
     let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
@@ -76,6 +85,26 @@ fn mixtral_experts_one_per_device_give_the_same_logits() {
     let params = sharded.module().named_parameters();
     let w1 = &params.iter().find(|(n, _)| n == "model.layers.0.block_sparse_moe.experts.w1").unwrap().1;
     assert_eq!(w1.get().sharding().unwrap().spec(), &P::new(&[Some("model")]));
+}
+
+#[test]
+fn qwen_moe_experts_and_shared_expert_split_give_the_same_logits() {
+    check("qwen2_moe");
+    check("qwen3_moe");
+}
+
+#[test]
+fn gpt_neox_split_over_four_devices_gives_the_same_logits() {
+    // 4 heads over 4 devices: each holds one head's q, k and v of the fused per-head projection.
+    check_named(
+        "gpt_neox",
+        [
+            "gpt_neox.layers.0.attention.query_key_value.weight",
+            "gpt_neox.layers.0.attention.dense.weight",
+            "gpt_neox.embed_in.weight",
+            "gpt_neox.final_layer_norm.weight",
+        ],
+    );
 }
 
 #[test]
