@@ -134,6 +134,13 @@ fn handle(req: &Value) -> Result<Value, String> {
             runtime::set_interrupted(true);
             json!({ "ok": true })
         }
+        // A front end's comm message (a widget moved): the comm lines and outputs to send back.
+        "comm" => {
+            let kind: crate::widgets::CommKind =
+                serde_json::from_value(req["kind"].clone()).map_err(|e| format!("comm: bad kind: {e}"))?;
+            let id = req["comm_id"].as_str().ok_or("comm: no comm_id")?;
+            crate::widgets::answer(kind, id, req["target_name"].as_str(), &req["data"])
+        }
         "trim" => json!({ "mappings": crate::trim::trim_cell_libraries() }),
         "clear_interrupt" => {
             runtime::set_interrupted(false);

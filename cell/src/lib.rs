@@ -15,6 +15,9 @@
 //!   updated in place while the cell runs ([`DISPLAY_MARKER`] lines: the kernel sends
 //!   `display_data` with a `display_id`, then `update_display_data`); and the compile
 //!   heartbeat, a live line while a compile runs past a second.
+//! - **Widgets** ([`widgets`], [`interact!`]): sliders, dropdowns, buttons, Output areas and
+//!   boxes of ipywidgets 8, drawn by JupyterLab's widget manager, whose changes run Rust
+//!   callbacks in the session.
 //! - **The control socket** ([`attach`], [`CONTROL_SOCKET_ENV`]): the host reads the profiler
 //!   log and the cache through it, sets the default device and interrupts a running cell.
 //!
@@ -48,7 +51,9 @@
 mod control;
 mod display;
 mod live;
+mod rich;
 mod trim;
+pub mod widgets;
 
 use std::io::Write;
 

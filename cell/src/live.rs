@@ -68,7 +68,7 @@ impl DisplayHandle {
     /// Shows any value as it shows when it ends a cell (a tensor's values, a chart's SVG, a
     /// profile's table; else its `Debug` text).
     pub fn show_value<T: std::fmt::Debug + ?Sized>(value: &T) -> DisplayHandle {
-        let bundle = crate::display::bundle_of(value);
+        let bundle = crate::rich::bundle_of(value);
         DisplayHandle::show(&pairs(&bundle))
     }
 
@@ -79,7 +79,7 @@ impl DisplayHandle {
 
     /// Redraws the display with `value` (see [`DisplayHandle::show_value`]).
     pub fn update_value<T: std::fmt::Debug + ?Sized>(&self, value: &T) {
-        self.update(&pairs(&crate::display::bundle_of(value)));
+        self.update(&pairs(&crate::rich::bundle_of(value)));
     }
 
     /// Empties the display (a finished heartbeat).
@@ -374,7 +374,7 @@ impl LiveChart {
         self.drawn = self.pushed;
         let text = self.text();
         let mut owned = vec![("text/plain".to_string(), text)];
-        owned.extend(crate::display::chart_bundle(self.chart().svg().unwrap_or_default()));
+        owned.extend(crate::rich::chart_bundle(self.chart().svg().unwrap_or_default()));
         let bundle: Vec<(&str, &str)> = owned.iter().map(|(m, v)| (m.as_str(), v.as_str())).collect();
         match &self.handle {
             Some(h) => h.update(&bundle),

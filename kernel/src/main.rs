@@ -4,9 +4,15 @@
 //! and dropped, never run). A cell's live displays (`eager_cell::DisplayHandle`: progress
 //! bars, live charts, the compile heartbeat) go out as they come, as `display_data` with a
 //! `display_id` and `update_display_data`. The sockets serve at once (`kernel_info` within a second) while
-//! the session starts behind them; cells sent meanwhile wait for it.
+//! the session starts behind them; cells sent meanwhile wait for it. Widgets speak Jupyter's
+//! comms (`comms`): the session's comm lines go out on iopub, a front end's comm messages go to
+//! the session's widgets, whose callbacks run there.
 
+mod comms;
+mod history;
 mod install;
+mod media;
+mod shell;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,10 +24,10 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use jupyter_protocol::{
     ClearOutput, CodeMirrorMode, CommInfoReply, CompleteReply, ConnectionInfo, DisplayData, ErrorOutput,
-    ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount, HelpLink, HistoryEntry, HistoryReply,
-    HistoryRequest, InspectReply, InterruptReply, IsCompleteReply, IsCompleteReplyStatus, JupyterMessage,
-    JupyterMessageContent, KernelInfoReply, LanguageInfo, Media, MediaType, Payload, ReplyError, ReplyStatus,
-    ShutdownReply, Status, StreamContent, Transient, UpdateDisplayData,
+    ExecuteInput, ExecuteReply, ExecuteResult, ExecutionCount, HelpLink, HistoryReply, InspectReply,
+    InterruptReply, IsCompleteReply, IsCompleteReplyStatus, JupyterMessage, JupyterMessageContent,
+    KernelInfoReply, LanguageInfo, Media, MediaType, Payload, ReplyError, ReplyStatus, ShutdownReply, Status,
+    StreamContent,
 };
 use jupyter_zmq_client as zmq;
 use repl::input::{completeness, Completeness};
@@ -108,7 +114,7 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
     let session_id = format!("eager-kernel-{}", std::process::id());
 
     let mut heartbeat = zmq::create_kernel_heartbeat_connection(&info).await?;
-    let (mut shell_tx, mut shell_rx) = zmq::create_kernel_shell_connection(&info, &session_id).await?.split();
+    let (mut shell_tx, shell_rx) = zmq::create_kernel_shell_connection(&info, &session_id).await?.split();
     let mut control = zmq::create_kernel_control_connection(&info, &session_id).await?;
     let _stdin = zmq::create_kernel_stdin_connection(&info, &session_id).await?;
     let mut iopub = zmq::create_kernel_iopub_xpub_connection(&info, &session_id).await?;
@@ -135,14 +141,22 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
 
     // The child's output lines become stream messages of the request running now.
     let current: Arc<Mutex<Option<JupyterMessage>>> = Arc::default();
+    let comms: Arc<Mutex<comms::Comms>> = Arc::default();
     let sink: repl::StreamSink = {
-        let (current, iopub_tx) = (current.clone(), iopub_tx.clone());
+        let (current, iopub_tx, comms) = (current.clone(), iopub_tx.clone(), comms.clone());
         Arc::new(move |stream, line: &str| {
-            let Some(parent) = current.lock().unwrap().clone() else { return };
+            let parent = current.lock().unwrap().clone();
+            // A comm line goes out even when no request runs (one a cell's thread printed as
+            // the cell ended): a comm message finds its comm by id, not by its parent.
+            if let Some(c) = eager_cell::widgets::CommLine::parse(line) {
+                let _ = iopub_tx.send(comms.lock().unwrap().outgoing(c, parent.as_ref()));
+                return;
+            }
+            let Some(parent) = parent else { return };
             let msg = if line == eager_cell::CLEAR_OUTPUT_MARKER {
                 ClearOutput { wait: false }.as_child_of(&parent)
             } else if let Some(d) = eager_cell::DisplayLine::parse(line) {
-                JupyterMessage::new(live_display(d), Some(&parent))
+                JupyterMessage::new(media::live_display(d), Some(&parent))
             } else {
                 let text = format!("{line}\n");
                 match stream {
@@ -216,28 +230,30 @@ async fn run(connection_file: &std::path::Path) -> Result<()> {
     let mut kernel = Kernel {
         iopub: iopub_tx,
         current,
+        comms,
+        callbacks: 0,
         session,
         running,
         interrupted_early,
         count: 0,
         history: Vec::new(),
     };
-    loop {
-        let msg = match read_shell(&mut shell_rx).await {
-            Ok(m) => m,
-            // A bad or missing signature (or a malformed message): never run it.
-            Err(e) => {
-                eprintln!("eager-kernel: dropped a shell message: {e}");
-                continue;
-            }
-        };
-        let _ = kernel.iopub.send(Status::busy().as_child_of(&msg));
+    let mut shell = shell::Queue::start(shell_rx);
+    while let Some((msg, merged)) = shell.next().await {
+        // Each merged request still gets its busy and idle (a widget sends its next change when
+        // its last one's idle comes).
+        for m in std::iter::once(&msg).chain(&merged) {
+            let _ = kernel.iopub.send(Status::busy().as_child_of(m));
+        }
         let reply = kernel.handle(&msg).await;
         if let Some(reply) = reply {
             let _ = shell_tx.send(JupyterMessage::new(reply, Some(&msg))).await;
         }
-        let _ = kernel.iopub.send(Status::idle().as_child_of(&msg));
+        for m in std::iter::once(&msg).chain(&merged) {
+            let _ = kernel.iopub.send(Status::idle().as_child_of(m));
+        }
     }
+    Ok(())
 }
 
 /// Stops the running cell: eager's next op fails; if the cell still runs 5 s later (a loop
@@ -289,9 +305,18 @@ fn exit_with_parent(session: Worker) {
     });
 }
 
+/// Set in what `Kernel::running` holds while widget callbacks run (a cell's is its count + 1),
+/// beside the callbacks' own count: each answer has its own id, so an interrupt's 5-s kill
+/// never takes a later one.
+const CALLBACK_BIT: u64 = 1 << 63;
+
 struct Kernel {
     iopub: IoPub,
     current: Arc<Mutex<Option<JupyterMessage>>>,
+    /// The comms open now (shared with the output sink, which sees the session's opens).
+    comms: Arc<Mutex<comms::Comms>>,
+    /// Front-end comm messages answered so far (each one's `running` id).
+    callbacks: u64,
     session: Worker,
     /// The execution count of the running cell, 0 when idle.
     running: Arc<AtomicU64>,
@@ -379,11 +404,22 @@ impl Kernel {
                 let indent = if status == IsCompleteReplyStatus::Incomplete { "    " } else { "" };
                 IsCompleteReply { status, indent: indent.into() }.into()
             }
-            JupyterMessageContent::HistoryRequest(req) => {
-                HistoryReply { history: self.history(req), status: ReplyStatus::Ok, error: None }.into()
+            JupyterMessageContent::HistoryRequest(req) => HistoryReply {
+                history: history::entries(&self.history, req),
+                status: ReplyStatus::Ok,
+                error: None,
             }
-            JupyterMessageContent::CommInfoRequest(_) => {
-                CommInfoReply { status: ReplyStatus::Ok, comms: Default::default(), error: None }.into()
+            .into(),
+            JupyterMessageContent::CommInfoRequest(req) => {
+                let comms = self.comms.lock().unwrap().info(req.target_name.as_deref());
+                CommInfoReply { status: ReplyStatus::Ok, comms, error: None }.into()
+            }
+            // Comm messages have no reply; what the session's widgets answer goes on iopub.
+            JupyterMessageContent::CommOpen(_)
+            | JupyterMessageContent::CommMsg(_)
+            | JupyterMessageContent::CommClose(_) => {
+                self.comm(msg).await;
+                return None;
             }
             _ => return None,
         })
@@ -477,6 +513,51 @@ impl Kernel {
         }
     }
 
+    /// Hands a front end's comm message to the session's widgets and sends their answer (comm
+    /// messages, callbacks' outputs) as its children.
+    async fn comm(&mut self, msg: &JupyterMessage) {
+        let Some(request) = self.comms.lock().unwrap().incoming(&msg.content) else { return };
+        let id = request["comm_id"].as_str().unwrap_or_default().to_string();
+        let kind = request["kind"].as_str().unwrap_or_default().to_string();
+        // An interrupt stops a callback as it stops a cell.
+        self.callbacks += 1;
+        self.running.store(CALLBACK_BIT | self.callbacks, Ordering::SeqCst);
+        let answer = self.on_session(move |s| s.comm(request)).await.and_then(|r| r);
+        self.running.store(0, Ordering::SeqCst);
+        self.interrupted_early.store(0, Ordering::SeqCst);
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("eager-kernel: comm {id}: {e}");
+                return;
+            }
+        };
+        if answer["known"] == false && kind == "msg" {
+            // The session lost it (its process was restarted): the front end's view goes too.
+            eprintln!("eager-kernel: comm {id} is not one of the session's: closed");
+            let close = eager_cell::widgets::CommLine {
+                kind: eager_cell::widgets::CommKind::Close,
+                comm_id: id.clone(),
+                target_name: None,
+                data: serde_json::json!({}),
+                metadata: serde_json::Value::Null,
+            };
+            let out = self.comms.lock().unwrap().outgoing(close, Some(msg));
+            let _ = self.iopub.send(out);
+        }
+        for line in answer["lines"].as_array().into_iter().flatten() {
+            if let Ok(line) = serde_json::from_value(line.clone()) {
+                let out = self.comms.lock().unwrap().outgoing(line, Some(msg));
+                let _ = self.iopub.send(out);
+            }
+        }
+        for output in answer["outputs"].as_array().into_iter().flatten() {
+            if let Some(content) = media::output_message(output) {
+                let _ = self.iopub.send(JupyterMessage::new(content, Some(msg)));
+            }
+        }
+    }
+
     /// `?name`, as in IPython: the docs of `name` (what inspecting it shows) in the pager, as a
     /// `page` payload of the reply; the cell runs nothing.
     async fn page_docs(&mut self, msg: &JupyterMessage, name: &str, count: ExecutionCount) -> ExecuteReply {
@@ -502,7 +583,7 @@ impl Kernel {
     /// A cell's value is an `execute_result`; charts and meta-command output are displays.
     fn output(&self, o: Output, count: ExecutionCount) -> JupyterMessageContent {
         let has_image = o.data.iter().any(|(m, _)| m.starts_with("image/"));
-        let media = Media::new(o.data.into_iter().map(|(mime, v)| media_type(&mime, v)).collect());
+        let media = Media::new(o.data.into_iter().map(|(mime, v)| media::media_type(&mime, v)).collect());
         if o.is_result && !has_image {
             ExecuteResult {
                 execution_count: count,
@@ -514,69 +595,6 @@ impl Kernel {
         } else {
             DisplayData::new(media).into()
         }
-    }
-
-    fn history(&self, req: &HistoryRequest) -> Vec<HistoryEntry> {
-        let output = matches!(
-            req,
-            HistoryRequest::Tail { output: true, .. } | HistoryRequest::Range { output: true, .. }
-        );
-        let entry = |(n, code, out): &(usize, String, String)| {
-            if output {
-                HistoryEntry::InputOutput(1, *n, (code.clone(), out.clone()))
-            } else {
-                HistoryEntry::Input(1, *n, code.clone())
-            }
-        };
-        match req {
-            HistoryRequest::Tail { n, .. } => {
-                let skip = self.history.len().saturating_sub((*n).max(0) as usize);
-                self.history.iter().skip(skip).map(entry).collect()
-            }
-            HistoryRequest::Range { start, stop, .. } => self
-                .history
-                .iter()
-                .filter(|(n, ..)| (*n as i32) >= *start && (*n as i32) < *stop)
-                .map(entry)
-                .collect(),
-            HistoryRequest::Search { pattern, n, unique, .. } => {
-                // As IPython: a glob over the whole input, the last `n` matches, with `unique`
-                // each input once (its latest run).
-                let mut hits: Vec<&(usize, String, String)> =
-                    self.history.iter().filter(|(_, c, _)| glob_matches(pattern, c)).collect();
-                if *unique {
-                    let mut seen = std::collections::HashSet::new();
-                    hits.reverse();
-                    hits.retain(|(_, c, _)| seen.insert(c.as_str()));
-                    hits.reverse();
-                }
-                let skip = hits.len().saturating_sub((*n).max(0) as usize);
-                hits.into_iter().skip(skip).map(entry).collect()
-            }
-        }
-    }
-}
-
-/// A cell's live display line as Jupyter's display handles: `display_data` with the id in
-/// `transient`, then `update_display_data` (an empty update empties it: a finished heartbeat).
-fn live_display(d: eager_cell::DisplayLine) -> JupyterMessageContent {
-    let media = Media::new(d.data.into_iter().map(|(mime, v)| media_type(&mime, v)).collect());
-    if d.update {
-        UpdateDisplayData::new(media, &d.id).into()
-    } else {
-        DisplayData { transient: Some(Transient { display_id: Some(d.id) }), ..DisplayData::new(media) }
-            .into()
-    }
-}
-
-fn media_type(mime: &str, v: String) -> MediaType {
-    match mime {
-        "text/plain" => MediaType::Plain(v),
-        "text/html" => MediaType::Html(v),
-        "image/svg+xml" => MediaType::Svg(v),
-        "image/png" => MediaType::Png(v),
-        "text/markdown" => MediaType::Markdown(v),
-        other => MediaType::Other((other.to_string(), serde_json::Value::String(v))),
     }
 }
 
@@ -623,44 +641,6 @@ fn read_rustc_version() -> String {
         .unwrap_or_default()
 }
 
-/// Jupyter counts cursor positions in code points; Rust strings index bytes.
-/// Reads a shell request as `Connection::read` does (the signature checked, a bad one an
-/// error), first giving a `history_request` the fields jupyter_client may leave out, as IPython
-/// reads them: a search without `n` returns every match, without `unique` repeats included.
-/// (The protocol crate requires them all: otherwise such a request would go unanswered.)
-async fn read_shell<S: zeromq::SocketRecv>(
-    conn: &mut zmq::Connection<S>,
-) -> std::result::Result<JupyterMessage, String> {
-    let parts = conn.socket.recv().await.map_err(|e| e.to_string())?;
-    let raw = zmq::RawMessage::from_multipart(parts, &conn.mac).map_err(|e| e.to_string())?;
-    let json =
-        |i: usize| serde_json::from_slice::<serde_json::Value>(&raw.jparts[i]).map_err(|e| e.to_string());
-    let header: jupyter_protocol::Header =
-        serde_json::from_slice(&raw.jparts[0]).map_err(|e| e.to_string())?;
-    let mut content = json(3)?;
-    if header.msg_type == "history_request" {
-        if let Some(fields) = content.as_object_mut() {
-            for (name, value) in [("output", false.into()), ("raw", true.into()), ("unique", false.into())] {
-                fields.entry(name).or_insert(value);
-            }
-            if fields.get("n").is_none_or(serde_json::Value::is_null) {
-                fields.insert("n".into(), i32::MAX.into());
-            }
-        }
-    }
-    let content = JupyterMessageContent::from_type_and_content(&header.msg_type, content)
-        .map_err(|e| format!("{}: {e}", header.msg_type))?;
-    Ok(JupyterMessage {
-        zmq_identities: raw.zmq_identities,
-        parent_header: serde_json::from_slice(&raw.jparts[1]).ok(),
-        metadata: json(2)?,
-        content,
-        buffers: raw.jparts[4..].to_vec(),
-        channel: None,
-        header,
-    })
-}
-
 /// The name asked about by a `?name` cell (a path such as `Tensor::zeros`), if it is one.
 fn help_request(code: &str) -> Option<&str> {
     let name = code.trim().strip_prefix('?')?.trim();
@@ -668,29 +648,7 @@ fn help_request(code: &str) -> Option<&str> {
     is_path.then_some(name)
 }
 
-/// Whether `text` matches the glob `pattern` as a whole (`*` any run, `?` any one character),
-/// as IPython's history search matches.
-fn glob_matches(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    // Where a `*` was last seen in the pattern, and the text position it was tried at.
-    let (mut pi, mut ti, mut star): (usize, usize, Option<(usize, usize)>) = (0, 0, None);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            (pi, ti) = (pi + 1, ti + 1);
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            // Let the last `*` take one more character.
-            (pi, ti) = (sp + 1, st + 1);
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
-
+/// Jupyter counts cursor positions in code points; Rust strings index bytes.
 fn byte_offset(s: &str, chars: usize) -> usize {
     s.char_indices().nth(chars).map_or(s.len(), |(i, _)| i)
 }
@@ -702,16 +660,6 @@ fn char_offset(s: &str, byte: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn history_globs_match_the_whole_input() {
-        assert!(glob_matches("*1 + 2*", "1 + 2 + 3"));
-        assert!(glob_matches("let ?*", "let x = 1;"));
-        assert!(!glob_matches("1 + 2", "1 + 2 + 3"), "no implied stars");
-        assert!(!glob_matches("*z*", "1 + 2 + 3"));
-        assert!(glob_matches("a*b*c", "a-b-b-c"));
-        assert!(!glob_matches("a*b*c", "a-b-b-d"));
-    }
 
     #[test]
     fn help_requests_are_a_question_mark_and_a_path() {

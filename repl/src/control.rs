@@ -134,6 +134,14 @@ impl Control {
         self.call(json!({"op": "interrupt"})).map(drop)
     }
 
+    /// Hands a front end's comm message (`kind`, `comm_id`, `target_name`, `data`) to the
+    /// session's widgets; their answer: `known`, the comm `lines` and callbacks' `outputs`.
+    pub fn comm(&mut self, message: Value) -> Result<Value> {
+        let mut req = message;
+        req["op"] = json!("comm");
+        self.call(req)
+    }
+
     /// Pages out the cell libraries' mappings in the cell process (see `eager_cell::trim`).
     pub fn trim(&mut self) -> Result<()> {
         self.call(json!({"op": "trim"})).map(drop)

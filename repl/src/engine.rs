@@ -25,6 +25,10 @@ pub trait Engine: Send {
     fn interrupter(&self) -> Interrupter;
     /// Numbers the next cell (a kernel's execution count), as profiles and timelines name it.
     fn set_cell_number(&mut self, n: u64);
+    /// Hands a front end's comm message to the session's widgets (`{"kind", "comm_id",
+    /// "target_name", "data"}`); their answer: whether the comm was known, the comm lines and
+    /// the callbacks' outputs to send back (see `eager_cell::widgets::answer`).
+    fn comm(&mut self, message: serde_json::Value) -> Result<serde_json::Value, String>;
 }
 
 /// Interrupts a running cell: asks eager to fail its next op; `kill` stops the cell process

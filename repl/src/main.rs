@@ -126,6 +126,8 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     let sink: repl::StreamSink = Arc::new(|stream, line: &str| match stream {
         Stream::Stdout if line == eager_cell::CLEAR_OUTPUT_MARKER => {}
+        // A widget's comm messages are for notebooks (the terminal shows its text form).
+        Stream::Stdout if eager_cell::widgets::CommLine::parse(line).is_some() => {}
         Stream::Stdout => match eager_cell::DisplayLine::parse(line) {
             Some(d) => live_line(&d),
             None => {
@@ -261,8 +263,17 @@ fn print_output(o: &Output) {
     if let Some(text) = o.get("text/plain") {
         println!("{text}");
     }
+    if o.get(eager_cell::widgets::WIDGET_VIEW_MIME).is_some() {
+        println!("{WIDGETS_NEED_A_NOTEBOOK}");
+    }
     let _ = std::io::stdout().flush();
 }
+
+/// What the REPL says under a widget, which it can only show as text.
+const WIDGETS_NEED_A_NOTEBOOK: &str =
+    "(a widget: it needs a notebook to be moved. Here it shows as text and its \
+     callbacks run only when the session sets a value; open the same code in Jupyter with the \
+     \"Rust (eager)\" kernel to drag it.)";
 
 fn print_error(e: &CellError) {
     // A `?` error or a panic printed its message on the cell's stderr already.

@@ -40,6 +40,8 @@ pub(crate) enum Request {
         src: String,
         pos: usize,
     },
+    /// A front end's comm message for the session's widgets.
+    Comm(serde_json::Value),
     /// Numbers the next cell; no reply.
     CellNumber(u64),
     /// Answered at once, while a cell runs.
@@ -57,6 +59,7 @@ pub(crate) enum Reply {
     Eval(Result<Vec<Output>, CellError>),
     Complete(usize, Vec<Completion>),
     Hover(Option<String>),
+    Comm(Result<serde_json::Value, String>),
 }
 
 /// Writes one JSON line on a shared connection.

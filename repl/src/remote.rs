@@ -264,4 +264,10 @@ impl Engine for RemoteSession {
     fn set_cell_number(&mut self, n: u64) {
         let _ = send_line(&self.writer, &Request::CellNumber(n));
     }
+    fn comm(&mut self, message: serde_json::Value) -> Result<serde_json::Value, String> {
+        match self.call(&Request::Comm(message)) {
+            Some(Reply::Comm(r)) => r,
+            _ => Err(lost().evalue),
+        }
+    }
 }

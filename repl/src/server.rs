@@ -482,6 +482,7 @@ fn serve_one(socket: &Path) -> Result<()> {
                 Reply::Complete(start, list)
             }
             Request::Hover { src, pos } => Reply::Hover(Engine::hover(&mut session, &src, pos)),
+            Request::Comm(message) => Reply::Comm(Engine::comm(&mut session, message)),
             Request::CellNumber(n) => {
                 session.set_cell_number(n);
                 continue;

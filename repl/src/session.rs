@@ -648,4 +648,10 @@ impl Engine for Session {
     fn set_cell_number(&mut self, n: u64) {
         Session::set_cell_number(self, n)
     }
+    fn comm(&mut self, message: serde_json::Value) -> Result<serde_json::Value, String> {
+        // A callback starts, as a cell does, with no interrupt pending.
+        self.control()
+            .and_then(|c| c.clear_interrupt().and_then(|()| c.comm(message)))
+            .map_err(|e| format!("{e:#}"))
+    }
 }

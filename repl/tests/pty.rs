@@ -183,6 +183,15 @@ fn a_session_in_a_terminal() {
         r"live: .* · peak: .*\r?\n(?s:.*)largest live tensors:\r?\n  f32\[[\d, ]*\] [\d.]+ K?i?B on cpu:\d, made by \w+",
     );
 
+    // A widget shows as its text, and the REPL says plainly that it needs a notebook; a value
+    // the session sets still runs the callback.
+    cell(
+        &mut p,
+        "let s = eager_cell::widgets::IntSlider::new(\"batch\", 8..=256)?.with_value(64); s",
+        r"IntSlider\(batch = 64, 8\.\.=256\)\r?\n\(a widget: it needs a notebook",
+    );
+    cell(&mut p, "s.on_change(|v| println!(\"now {v}\")); s.set_value(99);", "now 99");
+
     // A compile error shows its span; the session goes on.
     cell(&mut p, "let n: i32 = \"one\";", "mismatched types");
     cell(&mut p, ":vars", "a: Tensor");
