@@ -164,6 +164,30 @@ NOTEBOOKS = {
         new_code_cell("let comparison = viz::compare(&[(\"eager\", &eager_p), (\"fused\", &fused_p), (\"compiled\", &compiled_p)]).steps(steps);\n"
                       "println!(\"{}\", comparison.text());\n"
                       "comparison.as_png().unwrap()"),
+        new_markdown_cell("## Drag the batch size\n\n"
+                          "A new batch size is a new shape, and every op of the eager step needs an executable for "
+                          "it: the first steps at a size compile (or load from the disk cache), later steps and "
+                          "sizes already seen only execute. Drag the slider (it needs JupyterLab with "
+                          "`jupyterlab_widgets`; the REPL shows it as text): the cell's closure "
+                          "runs again in the session with the new `batch`, five eager steps of the MLP above, and "
+                          "its chart of compile against execute replaces the last. `interact!` draws a control per "
+                          "argument, as ipywidgets' `interact`: `(8..=256, 8)` is a slider from 8 to 256 in steps "
+                          "of 8."),
+        new_code_cell("eager_cell::interact!(|batch: usize = (8..=256, 8)| -> std::result::Result<viz::PngImage, Box<dyn std::error::Error>> {\n"
+                      "    let r = run()?;\n"
+                      "    let xb = Tensor::rand(&[batch, 784], DType::F32)?;\n"
+                      "    let yb = Tensor::from_slice(&(0..batch).map(|i| (i % 10) as i64).collect::<Vec<_>>(), &[batch])?;\n"
+                      "    let (loss, p) = viz::profile(|| -> Result<f32> {\n"
+                      "        let mut loss = 0.0;\n"
+                      "        for _ in 0..5 { loss = step(&r, &xb, &yb)?.item::<f32>()?; }\n"
+                      "        Ok(loss)\n"
+                      "    });\n"
+                      "    let ms = |ns: u64| ns as f64 / 1e6;\n"
+                      "    println!(\"batch {batch}: loss {:.3} after 5 eager steps; {} executables compiled, {} loaded from disk, {} found in memory; \\\n"
+                      "              compile {:.0} ms, load {:.0} ms, execute {:.1} ms\",\n"
+                      "             loss?, p.misses(), p.disk_hits(), p.hits(), ms(p.compile_ns()), ms(p.load_ns()), ms(p.execute_ns()));\n"
+                      "    Ok(p.compile_vs_execute().as_png()?)\n"
+                      "})?"),
     ],
     "04-training.ipynb": [
         new_markdown_cell("# Training in eager mode, then compiled\n\n"
@@ -857,6 +881,30 @@ NOTEBOOKS = {
                       "         eager::memory::format_bytes(cache_bytes), eager::memory::format_bytes(ledger.peak_bytes),\n"
                       "         eager::memory::format_bytes(ledger.peak_bytes.saturating_sub(live_before)));\n"
                       "viz::MemoryChart::new(ledger.clone()).title(\"Device memory: batch-8 generation, the key/value cache\")"),
+        new_markdown_cell("## Checkpoints of other families\n\n`AutoModel` loads more than Llama: Qwen3, Gemma 2 and 3, "
+                          "Phi-3, Mistral, the mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) and GPT-NeoX. "
+                          "`models/tests/fixtures/` holds a tiny checkpoint of each: random weights that transformers "
+                          "made and saved (`make_fixtures.py`), and `ref.json`, a prompt's ids and the tokens "
+                          "transformers' greedy `generate` chose after it. Here each is loaded as any checkpoint "
+                          "would be and generates greedily, in this notebook's kernel session. Random weights write "
+                          "no text worth reading, so the check is the tokens: a line ends `= transformers` when "
+                          "every token is the one transformers chose."),
+        new_code_cell("let fixtures = std::path::Path::new(\"../models/tests/fixtures\");\n"
+                      "let families = [\"qwen3\", \"gemma2\", \"gemma3\", \"phi3\", \"mistral_swa\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\", \"gpt_neox\"];\n"
+                      "let mut matched = 0;\n"
+                      "for name in families {\n"
+                      "    let dir = fixtures.join(name);\n"
+                      "    let reference: eager_models::serde_json::Value = eager_models::serde_json::from_str(&std::fs::read_to_string(dir.join(\"ref.json\"))?)?;\n"
+                      "    let token_ids = |key: &str| -> Vec<u32> { reference[key].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };\n"
+                      "    let (prompt, want) = (token_ids(\"prompt_ids\"), token_ids(\"greedy\"));\n"
+                      "    let checkpoint = AutoModel::from_dir(&dir, eager::default_device(), None)?;\n"
+                      "    let params: usize = checkpoint.module().parameters().iter().map(|v| v.get().numel()).sum();\n"
+                      "    let opts = GenerateOptions { max_new_tokens: want.len(), ..Default::default() }; // greedy\n"
+                      "    let got = generate(checkpoint.causal_lm()?, &[prompt], &opts, None, |_, _| {})?.remove(0);\n"
+                      "    let verdict = if got == want { matched += 1; \"= transformers\".to_string() } else { format!(\"differs from transformers' {want:?}\") };\n"
+                      "    println!(\"{:<12}{:>7} params  greedy {got:?}  {verdict}\", checkpoint.config().model_type, params);\n"
+                      "}\n"
+                      "format!(\"{matched} of {} families generate transformers' greedy tokens\", families.len())"),
     ],
     "09-bf16-lora.ipynb": [
         new_markdown_cell("# LoRA fine-tuning in bf16\n\n"

@@ -79,6 +79,18 @@ def check_costs(nb):
     # Eager: the user's ops (two linears, relu, cross_entropy), the backward pass and the step.
     assert per_step and int(per_step[1]) >= 6 and int(per_step[2]) == 1, stream
     assert re.search(r"most dispatched.*fused\{\d+ ops compiled into one\} ×\d+", stream), stream
+    # The batch-size slider: a widget view, and (in the notebook's saved widget state, as nbclient
+    # stores it from the comm messages) an Output holding the first run's line and chart.
+    views = list(outputs(nb, "application/vnd.jupyter.widget-view+json"))
+    assert len(views) == 1 and views[0]["version_major"] == 2, views
+    assert "IntSlider(batch = 128, 8..=256)" in text, text
+    states = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    assert views[0]["model_id"] in states
+    [shown] = [m["state"]["outputs"] for m in states.values() if m["model_name"] == "OutputModel"]
+    printed = "".join(o.get("text", "") for o in shown if o["output_type"] == "stream")
+    assert re.search(r"batch 128: loss [\d.]+ after 5 eager steps; \d+ executables compiled, \d+ loaded from disk, "
+                     r"\d+ found in memory", printed), shown
+    assert any(o.get("data", {}).get("image/png", "").startswith("iVBORw0KGgo") for o in shown), shown
 
 
 def check_training(nb):
@@ -203,6 +215,14 @@ def check_hf_llama(nb):
     above = re.search(r"the peak of live device memory: [\d.]+ K?M?i?B, ([\d.]+ K?M?i?B) above what was live before", streams)
     assert above and size_in_bytes(above[1]) < 1.5 * size_in_bytes(cache[2]), streams
     assert any("batch-8 generation, the key/value cache" in svg and "Largest at the peak" in svg for svg in svgs)
+    # Checkpoints of other families: each tiny fixture transformers made generates, greedily,
+    # the 8 tokens transformers generated after its prompt.
+    families = {m[1]: m for m in re.finditer(
+        r"^(\w+) +(\d+) params  greedy \[(\d+(?:, \d+)*)\]  (.*)$", streams, re.M)}
+    for family in ("qwen3", "gemma2", "gemma3_text", "phi3", "mistral", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_neox"):
+        line = families.get(family)
+        assert line and line[4] == "= transformers" and len(line[3].split(", ")) == 8 and int(line[2]) > 0, (family, streams)
+    assert "9 of 9 families generate transformers' greedy tokens" in text, text
 
 
 def size_in_bytes(text):
