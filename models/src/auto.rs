@@ -66,11 +66,10 @@ impl AutoModel {
     /// device's block uploaded to that device alone: no device ever holds the whole model),
     /// over the mesh's `model` axis, or its only axis: q, k, v, gate and up projections by
     /// output rows, o and down by input columns, the embeddings and the head by vocabulary,
-    /// experts by expert, norms whole (see [`Llama::load_placed`]). The Llama family
-    /// (`llama`, `mistral`, `mixtral`, `qwen2`, `qwen2_moe`, `qwen3`, `qwen3_moe`, `phi3`,
-    /// `gemma2`, `gemma3_text`) and GPT-NeoX ([`GptNeoX::load_placed`]);
-    /// run it through `eager::compile` (or `generate`'s compiled mode), where what a step
-    /// makes on one device joins the mesh.
+    /// experts by expert, norms whole. Every family loads so ([`Llama::load_placed`],
+    /// [`GptNeoX::load_placed`], [`Gpt2::load_placed`], [`Bert::load_placed`] say how each
+    /// splits); run it through `eager::compile` (or `generate`'s compiled mode), where what a
+    /// step makes on one device joins the mesh.
     pub fn from_dir_sharded(dir: impl AsRef<Path>, mesh: &Mesh, dtype: Option<DType>) -> Result<AutoModel> {
         let dir = dir.as_ref();
         let axis = match mesh.axes() {
@@ -87,15 +86,12 @@ impl AutoModel {
         };
         let placement = Placement::Mesh { mesh: mesh.clone(), axis };
         let (config, weights, dtype) = open(dir, dtype)?;
-        match config.model_type.as_str() {
-            "gpt2" | "bert" => Err(ModelError::Unsupported(format!(
-                "loading `{}` sharded over a mesh (these load sharded: llama, mistral, mixtral, qwen2, \
-                 qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3_text, gpt_neox)",
-                config.model_type
-            ))),
-            "gpt_neox" => Ok(AutoModel::GptNeoX(GptNeoX::load_placed(&config, &weights, dtype, &placement)?)),
-            _ => Ok(AutoModel::Llama(Llama::load_placed(&config, &weights, dtype, &placement)?)),
-        }
+        Ok(match config.model_type.as_str() {
+            "gpt2" => AutoModel::Gpt2(Gpt2::load_placed(&config, &weights, dtype, &placement)?),
+            "bert" => AutoModel::Bert(Bert::load_placed(&config, &weights, dtype, &placement)?),
+            "gpt_neox" => AutoModel::GptNeoX(GptNeoX::load_placed(&config, &weights, dtype, &placement)?),
+            _ => AutoModel::Llama(Llama::load_placed(&config, &weights, dtype, &placement)?),
+        })
     }
 
     /// The checkpoint's configuration.

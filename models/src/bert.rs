@@ -2,8 +2,9 @@
 //! token-type embeddings, post-norm layers of bidirectional attention under a padding mask,
 //! exact GELU. Tensors named `embeddings.…`/`encoder.layer.0.…` (as fresh models are), or under
 //! `bert.` as a task model saves them; the pooler, when present, is not used. The tree is
-//! walked once through [`Params`], for loading and fresh weights; the attention, MLP and
-//! post-norm residual are `layers`' shared pieces.
+//! walked once through [`Params`], for loading (on a device, or split over a mesh as Megatron
+//! splits it) and fresh weights; the attention, MLP and post-norm residual are `layers`' shared
+//! pieces.
 
 use eager::nn::{AttentionOptions, Embedding, LayerNorm, Module};
 use eager::{DType, Device, Tensor, Var};
@@ -47,7 +48,15 @@ pub struct Bert {
 impl Bert {
     /// Builds the encoder from `w` (tensors cast to `dtype`, uploaded to `device`), checking each against `cfg`.
     pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Bert> {
-        Bert::build(cfg, &Params::checkpoint(w, &Placement::Device(device), dtype))
+        Bert::load_placed(cfg, w, dtype, &Placement::Device(device))
+    }
+
+    /// [`Bert::load`] with each weight placed as `placement` says: over a mesh, query, key,
+    /// value and `intermediate.dense` split by output rows, `attention.output.dense` and
+    /// `output.dense` by input columns, the embedding tables by rows (a table whose row count
+    /// the axis does not divide, such as the 2 token types, whole), norms whole.
+    pub fn load_placed(cfg: &Config, w: &Weights, dtype: DType, placement: &Placement) -> Result<Bert> {
+        Bert::build(cfg, &Params::checkpoint(w, placement, dtype))
     }
 
     /// A freshly initialised encoder of `cfg` (weights N(0, 0.02), biases zeros, norms at their

@@ -2,7 +2,8 @@
 //! projections whose weights are stored `[in, out]` (kept so, under their names), and the
 //! output head tied to the token embedding. Checkpoints name tensors `transformer.h.0.…`
 //! (saved by `GPT2LMHeadModel`, and fresh models) or `h.0.…` (the original `gpt2` on the
-//! Hub): both load. The tree is walked once through [`Params`], for loading and fresh weights.
+//! Hub): both load. The tree is walked once through [`Params`], for loading and fresh weights;
+//! over a mesh `c_attn` and `c_fc` split by their outputs, both `c_proj` by their inputs.
 
 use eager::nn::{AttentionOptions, Embedding, LayerNorm, Module, StaticKvCache};
 use eager::{DType, Device, Tensor, Var};
@@ -22,12 +23,26 @@ pub struct Conv1D {
     pub bias: Var,
 }
 
+/// How a [`Conv1D`] splits over a mesh (Megatron's parallel layers).
+#[derive(Clone, Copy)]
+enum Split {
+    /// By outputs (`W`'s columns, `b` with them): column-parallel.
+    Out,
+    /// By inputs (`W`'s rows; `b` whole, added once the partial products are summed): row-parallel.
+    In,
+}
+
 impl Conv1D {
-    /// `name.weight` `[inp, out]` and `name.bias` under `p`, read or fresh.
-    fn build(p: &Params, name: &str, inp: usize, out: usize) -> Result<Conv1D> {
+    /// `name.weight` `[inp, out]` and `name.bias` under `p`, read (split as `split` says over a
+    /// mesh) or fresh.
+    fn build(p: &Params, name: &str, inp: usize, out: usize, split: Split) -> Result<Conv1D> {
         let p = p.pp(name);
-        let weight = p.var("weight", &[inp, out], Init::Normal, None)?;
-        Ok(Conv1D { weight, bias: p.var("bias", &[out], Init::Zeros, None)? })
+        let (w_dim, b_dim) = match split {
+            Split::Out => (1, Some(0)),
+            Split::In => (0, None),
+        };
+        let weight = p.var("weight", &[inp, out], Init::Normal, Some(w_dim))?;
+        Ok(Conv1D { weight, bias: p.var("bias", &[out], Init::Zeros, b_dim)? })
     }
 }
 
@@ -78,7 +93,14 @@ pub struct Gpt2 {
 impl Gpt2 {
     /// Builds the model from `w` (tensors cast to `dtype`, uploaded to `device`), checking each against `cfg`.
     pub fn load(cfg: &Config, w: &Weights, dtype: DType, device: Device) -> Result<Gpt2> {
-        Gpt2::build(cfg, &Params::checkpoint(w, &Placement::Device(device), dtype))
+        Gpt2::load_placed(cfg, w, dtype, &Placement::Device(device))
+    }
+
+    /// [`Gpt2::load`] with each weight placed as `placement` says: over a mesh, `c_attn` and
+    /// `c_fc` split by output columns (their `[in, out]` weights' dim 1), both `c_proj` by input
+    /// rows, the token and position embeddings by rows (the tied head with them), norms whole.
+    pub fn load_placed(cfg: &Config, w: &Weights, dtype: DType, placement: &Placement) -> Result<Gpt2> {
+        Gpt2::build(cfg, &Params::checkpoint(w, placement, dtype))
     }
 
     /// A freshly initialised model of `cfg` (weights N(0, 0.02), biases zeros, norms at their
@@ -104,15 +126,15 @@ impl Gpt2 {
                 Ok(Gpt2Block {
                     ln_1: ln(&blk, "ln_1")?,
                     attn: SelfAttention {
-                        qkv: Qkv::Fused(Conv1D::build(&attn, "c_attn", d, 3 * d)?),
-                        out: Conv1D::build(&attn, "c_proj", d, d)?,
+                        qkv: Qkv::Fused(Conv1D::build(&attn, "c_attn", d, 3 * d, Split::Out)?),
+                        out: Conv1D::build(&attn, "c_proj", d, d, Split::In)?,
                         heads,
                         head_dim: d / heads,
                     },
                     ln_2: ln(&blk, "ln_2")?,
                     mlp: GeluMlp {
-                        up: Conv1D::build(&mlp, "c_fc", d, inner)?,
-                        down: Conv1D::build(&mlp, "c_proj", inner, d)?,
+                        up: Conv1D::build(&mlp, "c_fc", d, inner, Split::Out)?,
+                        down: Conv1D::build(&mlp, "c_proj", inner, d, Split::In)?,
                         act,
                     },
                 })

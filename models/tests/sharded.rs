@@ -1,7 +1,8 @@
-//! `AutoModel::from_dir_sharded`: a checkpoint split over the CPU plugin's 4 devices as it is
-//! read (Megatron's column- and row-parallel projections, the vocabulary split, Mixtral's
-//! experts by expert) gives the single-device model's logits through a compiled step, and
-//! each device holds its share of the weights, not the whole.
+//! `AutoModel::from_dir_sharded`: a checkpoint of each family split over the CPU plugin's 4
+//! devices as it is read (Megatron's column- and row-parallel projections, the vocabulary
+//! split, Mixtral's experts by expert) gives the single-device model's logits (BERT: hidden
+//! states) through a compiled step and transformers' greedy tokens, and each device holds its
+//! share of the weights, not the whole.
 
 mod common;
 use common::fixture;
@@ -33,25 +34,38 @@ fn logits(model: &AutoModel, mesh: Option<&Mesh>) -> Vec<f32> {
     step.call(&[&ids]).unwrap().remove(0).to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
 }
 
-/// The names of a family's q projection, output projection, embeddings and final norm.
-const LLAMA_NAMES: [&str; 4] = [
-    "model.layers.0.self_attn.q_proj.weight",
-    "model.layers.0.self_attn.o_proj.weight",
-    "model.embed_tokens.weight",
-    "model.norm.weight",
-];
-
-fn check(name: &str) {
-    check_named(name, LLAMA_NAMES);
+/// A Llama-family checkpoint's q and o projections, embeddings and final norm, with how each splits.
+fn llama_splits() -> [(&'static str, P); 4] {
+    [
+        ("model.layers.0.self_attn.q_proj.weight", P::new(&[Some("model")])),
+        ("model.layers.0.self_attn.o_proj.weight", P::new(&[None, Some("model")])),
+        ("model.embed_tokens.weight", P::new(&[Some("model")])),
+        ("model.norm.weight", P::replicated()),
+    ]
 }
 
-fn check_named(name: &str, [q, o, embed, norm]: [&str; 4]) {
+fn check(name: &str) {
+    check_split(name, &llama_splits());
+}
+
+/// Loads fixture `name` on one device and over 4: no device holds half the model, the named
+/// parameters split as `splits` says, and the logits agree.
+fn check_split(name: &str, splits: &[(&str, P)]) {
     let _serial = serial();
     let mesh = Mesh::new(&[("model", 4)]).expect("the CPU plugin shows 4 devices");
     let single = AutoModel::from_dir(fixture(name), eager::default_device(), None).unwrap();
     let want = logits(&single, None);
+    let sharded = load_sharded_holding_a_share(name, &mesh);
+    assert_splits(&sharded, splits);
+    let got = logits(&sharded, Some(&mesh));
+    let err = rel_err(&got, &want);
+    assert!(err <= 1e-5, "{name}: sharded logits differ by {err} of the largest");
+}
+
+/// Fixture `name` loaded over `mesh`, checking that each device holds less than half its bytes.
+fn load_sharded_holding_a_share(name: &str, mesh: &Mesh) -> AutoModel {
     let before: Vec<u64> = mesh.devices().iter().map(|&d| eager::memory::live_bytes_on(d)).collect();
-    let sharded = AutoModel::from_dir_sharded(fixture(name), &mesh, None).unwrap();
+    let sharded = AutoModel::from_dir_sharded(fixture(name), mesh, None).unwrap();
     let params = sharded.module().named_parameters();
     let total: u64 =
         params.iter().map(|(_, v)| (v.get().numel() * v.get().dtype().size_in_bytes()) as u64).sum();
@@ -59,16 +73,22 @@ fn check_named(name: &str, [q, o, embed, norm]: [&str; 4]) {
         let held = eager::memory::live_bytes_on(d).saturating_sub(before[i]);
         assert!(held < total / 2, "{name}: {d} holds {held} of the model's {total} bytes");
     }
-    let split =
-        |n: &str| params.iter().find(|(p, _)| p == n).unwrap().1.get().sharding().unwrap().spec().clone();
-    assert_eq!(split(q), P::new(&[Some("model")]));
-    assert_eq!(split(o), P::new(&[None, Some("model")]));
-    assert_eq!(split(embed), P::new(&[Some("model")]));
-    assert_eq!(split(norm), P::replicated());
-    let got = logits(&sharded, Some(&mesh));
+    sharded
+}
+
+fn assert_splits(model: &AutoModel, splits: &[(&str, P)]) {
+    let params = model.module().named_parameters();
+    for (name, want) in splits {
+        let (_, v) = params.iter().find(|(p, _)| p == name).unwrap_or_else(|| panic!("no parameter {name}"));
+        assert_eq!(v.get().sharding().unwrap().spec(), want, "{name}");
+    }
+}
+
+/// The largest difference over the largest magnitude of `want`.
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
     let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let err = got.iter().zip(&want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
-    assert!(err <= 1e-5, "{name}: sharded logits differ by {err} of the largest");
+    got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale
 }
 
 #[test]
@@ -96,45 +116,102 @@ fn qwen_moe_experts_and_shared_expert_split_give_the_same_logits() {
 #[test]
 fn gpt_neox_split_over_four_devices_gives_the_same_logits() {
     // 4 heads over 4 devices: each holds one head's q, k and v of the fused per-head projection.
-    check_named(
+    check_split(
         "gpt_neox",
-        [
-            "gpt_neox.layers.0.attention.query_key_value.weight",
-            "gpt_neox.layers.0.attention.dense.weight",
-            "gpt_neox.embed_in.weight",
-            "gpt_neox.final_layer_norm.weight",
+        &[
+            ("gpt_neox.layers.0.attention.query_key_value.weight", P::new(&[Some("model")])),
+            ("gpt_neox.layers.0.attention.dense.weight", P::new(&[None, Some("model")])),
+            ("gpt_neox.embed_in.weight", P::new(&[Some("model")])),
+            ("gpt_neox.final_layer_norm.weight", P::replicated()),
         ],
     );
 }
 
 #[test]
-fn gpt2_refuses_sharded_loading_by_name() {
-    let _serial = serial();
-    let mesh = Mesh::new(&[("model", 4)]).unwrap();
-    let e = AutoModel::from_dir_sharded(fixture("gpt2"), &mesh, None)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    assert!(e.contains("loading `gpt2` sharded over a mesh"), "{e}");
+fn gpt2_conv1d_split_by_columns_and_rows_gives_the_same_logits() {
+    // Conv1D weights are [in, out]: column-parallel c_attn and c_fc split dim 1, c_proj dim 0.
+    check_split(
+        "gpt2",
+        &[
+            ("transformer.h.0.attn.c_attn.weight", P::new(&[None, Some("model")])),
+            ("transformer.h.0.attn.c_attn.bias", P::new(&[Some("model")])),
+            ("transformer.h.0.attn.c_proj.weight", P::new(&[Some("model")])),
+            ("transformer.h.0.attn.c_proj.bias", P::replicated()),
+            ("transformer.h.0.mlp.c_fc.weight", P::new(&[None, Some("model")])),
+            ("transformer.wte.weight", P::new(&[Some("model")])),
+            ("transformer.ln_f.weight", P::replicated()),
+        ],
+    );
 }
 
 #[test]
-fn a_sharded_llama_generates_transformers_greedy_tokens_compiled() {
+fn bert_split_over_four_devices_gives_the_same_hidden_states() {
+    let _serial = serial();
+    let mesh = Mesh::new(&[("model", 4)]).unwrap();
+    let encode = |model: &AutoModel, mesh: Option<&Mesh>| -> Vec<f32> {
+        let AutoModel::Bert(bert) = model else { panic!("bert loads as Bert") };
+        let ids: Vec<i64> = (0..24).map(|i| (i * 37 + 5) % 300).collect();
+        let mask: Vec<i64> = (0..24).map(|i| i64::from(i % 12 < 9)).collect();
+        let (mut ids, mut mask) =
+            (Tensor::from_slice(&ids, &[2, 12]).unwrap(), Tensor::from_slice(&mask, &[2, 12]).unwrap());
+        if let Some(mesh) = mesh {
+            (ids, mask) = (ids.replicate(mesh).unwrap(), mask.replicate(mesh).unwrap());
+        }
+        let step = eager::compile("sharded_bert", |a: &[Tensor]| {
+            Ok(vec![bert
+                .encode(&a[0], Some(&a[1]), None)
+                .map_err(|e| eager::Error::Invalid { op: "encode", msg: e.to_string() })?])
+        });
+        step.call(&[&ids, &mask]).unwrap().remove(0).to_vec::<f32>().unwrap()
+    };
+    let single = AutoModel::from_dir(fixture("bert"), eager::default_device(), None).unwrap();
+    let want = encode(&single, None);
+    let sharded = load_sharded_holding_a_share("bert", &mesh);
+    assert_splits(
+        &sharded,
+        &[
+            ("encoder.layer.0.attention.self.query.weight", P::new(&[Some("model")])),
+            ("encoder.layer.0.attention.output.dense.weight", P::new(&[None, Some("model")])),
+            ("encoder.layer.0.output.dense.weight", P::new(&[None, Some("model")])),
+            ("embeddings.word_embeddings.weight", P::new(&[Some("model")])),
+            // 2 token types: a dim the axis does not divide stays whole.
+            ("embeddings.token_type_embeddings.weight", P::replicated()),
+        ],
+    );
+    let got = encode(&sharded, Some(&mesh));
+    let err = rel_err(&got, &want);
+    assert!(err <= 1e-5, "bert: sharded last_hidden_state differs by {err} of the largest");
+}
+
+/// Fixture `name` loaded over 4 devices generates transformers' greedy tokens, compiled.
+fn generates_greedy_tokens_sharded(name: &str) {
     let _serial = serial();
     use eager_models::generate::{generate, DecodeMode, GenerateOptions};
     let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("llama").join("ref.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("ref.json")).unwrap()).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
     };
     let mesh = Mesh::new(&[("model", 4)]).unwrap();
-    let model = AutoModel::from_dir_sharded(fixture("llama"), &mesh, None).unwrap();
+    let model = AutoModel::from_dir_sharded(fixture(name), &mesh, None).unwrap();
+    let greedy = ids(&r["greedy"]);
     let opts = GenerateOptions {
-        max_new_tokens: 8,
+        max_new_tokens: greedy.len(),
         mode: DecodeMode::Compiled,
         pad_token_id: 2,
         ..Default::default()
     };
     let got = generate(model.causal_lm().unwrap(), &[ids(&r["prompt_ids"])], &opts, None, |_, _| {}).unwrap();
-    assert_eq!(got[0], ids(&r["greedy"]));
+    assert_eq!(got[0], greedy, "{name}");
+}
+
+#[test]
+fn a_sharded_llama_generates_transformers_greedy_tokens_compiled() {
+    generates_greedy_tokens_sharded("llama");
+}
+
+#[test]
+fn sharded_gpt2_and_gpt_neox_generate_transformers_greedy_tokens_compiled() {
+    generates_greedy_tokens_sharded("gpt2");
+    generates_greedy_tokens_sharded("gpt_neox");
 }
