@@ -44,6 +44,22 @@ pub struct CommLine {
 }
 
 impl CommLine {
+    /// A `comm_msg` to comm `comm_id` carrying `data`.
+    pub fn msg(comm_id: &str, data: Value) -> CommLine {
+        CommLine {
+            kind: CommKind::Msg,
+            comm_id: comm_id.into(),
+            target_name: None,
+            data,
+            metadata: Value::Null,
+        }
+    }
+
+    /// The `comm_close` of comm `comm_id`.
+    pub fn close(comm_id: &str) -> CommLine {
+        CommLine { kind: CommKind::Close, ..CommLine::msg(comm_id, serde_json::json!({})) }
+    }
+
     /// The line a cell prints for it.
     pub fn to_line(&self) -> String {
         format!("{COMM_MARKER}{}", serde_json::to_string(self).expect("JSON values serialize"))
@@ -159,13 +175,7 @@ mod tests {
 
     #[test]
     fn an_answer_collects_lines_instead_of_printing_them() {
-        let line = CommLine {
-            kind: CommKind::Close,
-            comm_id: "x".into(),
-            target_name: None,
-            data: serde_json::json!({}),
-            metadata: Value::Null,
-        };
+        let line = CommLine::close("x");
         let got = answer(|| {
             assert!(answering());
             emit(line.clone());

@@ -150,13 +150,7 @@ impl Widget {
     /// Closes the model: its views go away, its callbacks are dropped (`comm_close`).
     pub fn close(&self) {
         if registry().models.remove(&self.id).is_some() {
-            comm::emit(CommLine {
-                kind: CommKind::Close,
-                comm_id: self.id.clone(),
-                target_name: None,
-                data: json!({}),
-                metadata: Value::Null,
-            });
+            comm::emit(CommLine::close(&self.id));
         }
     }
 
@@ -169,13 +163,7 @@ impl Widget {
 }
 
 fn update_line(id: &str, state: Map<String, Value>) -> CommLine {
-    CommLine {
-        kind: CommKind::Msg,
-        comm_id: id.to_string(),
-        target_name: None,
-        data: json!({"method": "update", "state": state, "buffer_paths": []}),
-        metadata: Value::Null,
-    }
+    CommLine::msg(id, json!({"method": "update", "state": state, "buffer_paths": []}))
 }
 
 /// Writes `state` into the model; returns the keys whose value changed, with their values.
@@ -240,13 +228,7 @@ fn handle(kind: CommKind, comm_id: &str, target_name: Option<&str>, data: &Value
         }
         // A target this session does not serve: closed at once, as the messaging spec asks.
         CommKind::Open => {
-            comm::emit(CommLine {
-                kind: CommKind::Close,
-                comm_id: comm_id.to_string(),
-                target_name: None,
-                data: json!({}),
-                metadata: Value::Null,
-            });
+            comm::emit(CommLine::close(comm_id));
             false
         }
         CommKind::Close => {
@@ -256,13 +238,8 @@ fn handle(kind: CommKind, comm_id: &str, target_name: Option<&str>, data: &Value
         }
         CommKind::Msg if is_control => {
             if data["method"] == "request_states" {
-                comm::emit(CommLine {
-                    kind: CommKind::Msg,
-                    comm_id: comm_id.to_string(),
-                    target_name: None,
-                    data: json!({"method": "update_states", "states": all_states(), "buffer_paths": []}),
-                    metadata: Value::Null,
-                });
+                let states = json!({"method": "update_states", "states": all_states(), "buffer_paths": []});
+                comm::emit(CommLine::msg(comm_id, states));
             }
             true
         }
