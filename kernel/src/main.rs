@@ -535,13 +535,7 @@ impl Kernel {
         if answer["known"] == false && kind == "msg" {
             // The session lost it (its process was restarted): the front end's view goes too.
             eprintln!("eager-kernel: comm {id} is not one of the session's: closed");
-            let close = eager_cell::widgets::CommLine {
-                kind: eager_cell::widgets::CommKind::Close,
-                comm_id: id.clone(),
-                target_name: None,
-                data: serde_json::json!({}),
-                metadata: serde_json::Value::Null,
-            };
+            let close = eager_cell::widgets::CommLine::close(&id);
             let out = self.comms.lock().unwrap().outgoing(close, Some(msg));
             let _ = self.iopub.send(out);
         }
