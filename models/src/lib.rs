@@ -27,6 +27,7 @@ pub mod config;
 mod family;
 pub mod gemma;
 pub mod generate;
+pub mod generation_config;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod layers;
@@ -45,6 +46,7 @@ pub mod weights;
 pub use auto::AutoModel;
 pub use config::Config;
 pub use generate::{CausalLm, GenerateOptions};
+pub use generation_config::GenerationConfig;
 /// `Config::from_value` takes a JSON value: `eager_models::serde_json::json!` makes one where
 /// the caller has no serde_json of its own (a notebook).
 pub use serde_json;

@@ -17,12 +17,11 @@ use std::time::Instant;
 
 use eager::nn::StaticKvCache;
 use eager::{DType, Device, Tensor};
-use eager_models::generate::{choose, GenerateOptions};
 use eager_models::{AutoModel, CausalLm, Tokenizer};
-use rand::SeedableRng;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::metrics::{Metrics, Outcome};
+use crate::sampling::{token_logprob, Sampler, SamplingParams, TokenLogprob};
 use crate::scheduler::{Admission, QueueFull, Scheduler, SeqId, Ticket};
 use crate::text::TextStream;
 use crate::{Result, ServeError};
@@ -41,6 +40,9 @@ pub struct EngineOptions {
     pub prefill_chunk: usize,
     /// Most requests waiting for a slot; more are refused.
     pub max_waiting: usize,
+    /// Tokens that end a sequence besides the tokenizer's and `config.json`'s end tokens
+    /// (`generation_config.json`'s, which often add a chat model's end of turn).
+    pub eos_token_ids: Vec<u32>,
 }
 
 impl Default for EngineOptions {
@@ -51,28 +53,8 @@ impl Default for EngineOptions {
             kv_cache_memory: None,
             prefill_chunk: 256,
             max_waiting: 256,
+            eos_token_ids: Vec::new(),
         }
-    }
-}
-
-/// How a request's tokens are chosen and when it ends.
-#[derive(Debug, Clone)]
-pub struct SamplingParams {
-    /// Most tokens to generate.
-    pub max_tokens: usize,
-    /// 0: greedy; otherwise logits are divided by it and sampled.
-    pub temperature: f64,
-    /// Nucleus sampling's mass.
-    pub top_p: Option<f64>,
-    /// The sampling's seed (the same seed, the same tokens); `None`: drawn per request.
-    pub seed: Option<u64>,
-    /// The text ends before the first of these.
-    pub stop: Vec<String>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        SamplingParams { max_tokens: 16, temperature: 0.0, top_p: None, seed: None, stop: Vec::new() }
     }
 }
 
@@ -95,15 +77,39 @@ impl FinishReason {
     }
 }
 
-/// What a request hears from the engine, in order: text deltas, then one `Done` or `Failed`.
+/// What ended a sequence that stopped, as vLLM's `stop_reason` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// A stop string (not returned in the text).
+    String(String),
+    /// A token of `stop_token_ids`.
+    Token(u32),
+}
+
+/// What a request hears from the engine, in order: the prompt's logprobs when asked, each
+/// choice's text deltas and its `Done`; or `Failed`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// Text that is final now.
-    Text(String),
-    /// The request ended.
+    /// Each prompt token's logprob (the first has none), once its prompt is cached.
+    Prompt(Vec<Option<TokenLogprob>>),
+    /// Text of choice `index` that is final now, and the logprobs of the tokens chosen since
+    /// the last delta (when asked).
+    Text {
+        /// The choice.
+        index: usize,
+        /// The text.
+        text: String,
+        /// The tokens' logprobs.
+        logprobs: Vec<TokenLogprob>,
+    },
+    /// Choice `index` ended.
     Done {
+        /// The choice.
+        index: usize,
         /// Why.
         reason: FinishReason,
+        /// The stop string or token, when one ended it (`None` for the end-of-sequence token).
+        stop_reason: Option<StopReason>,
         /// Prompt tokens.
         prompt_tokens: usize,
         /// Tokens generated.
@@ -141,7 +147,7 @@ struct Submission {
 }
 
 enum Command {
-    Submit(Submission),
+    Submit(Box<Submission>),
     /// Finish what runs and waits, then end the thread.
     Drain,
 }
@@ -225,7 +231,7 @@ impl Engine {
         let ticket = self.admission.enter().map_err(Refusal::QueueFull)?;
         let (events, rx) = unbounded_channel();
         let s = Submission { prompt, params, events, ticket, arrived: Instant::now() };
-        self.tx.send(Command::Submit(s)).map_err(|_| Refusal::Stopped)?;
+        self.tx.send(Command::Submit(Box::new(s))).map_err(|_| Refusal::Stopped)?;
         Ok(Submitted { events: rx })
     }
 
@@ -237,6 +243,11 @@ impl Engine {
     /// The engine's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Whether the engine thread still runs (false once it died, or was drained).
+    pub fn is_alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// Lets what runs and waits finish, then ends the engine thread (later submissions are
@@ -273,14 +284,19 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-/// A request the engine holds.
+/// A sequence the engine holds: one choice of a request.
 struct Active {
-    prompt: Vec<u32>,
-    params: SamplingParams,
-    sampling: GenerateOptions,
-    rng: rand::rngs::StdRng,
+    prompt: Arc<[u32]>,
+    params: Arc<SamplingParams>,
+    /// The choice's index in its request (OpenAI's `n`).
+    index: usize,
+    sampler: Sampler,
     generated: Vec<u32>,
     text: TextStream,
+    /// Logprobs of tokens whose text is not sent yet.
+    logprobs: Vec<TokenLogprob>,
+    /// The prompt's logprobs as its chunks are prefilled (when asked).
+    prompt_logprobs: Vec<Option<TokenLogprob>>,
     events: UnboundedSender<Event>,
     /// The queue place, given back once the request holds a slot.
     ticket: Option<Ticket>,
@@ -408,7 +424,12 @@ impl<'a> Core<'a> {
             scheduler: Scheduler::new(n, chunk),
             active: Default::default(),
             next_id: 0,
-            eos: tokenizer.eos_token_id().into_iter().chain(cfg.eos_token_ids.iter().copied()).collect(),
+            eos: tokenizer
+                .eos_token_id()
+                .into_iter()
+                .chain(cfg.eos_token_ids.iter().copied())
+                .chain(opts.eos_token_ids.iter().copied())
+                .collect(),
             draining: false,
         };
         let t0 = Instant::now();
@@ -424,7 +445,7 @@ impl<'a> Core<'a> {
             self.run_decode(&vec![(scratch, 0, 0); b])?;
         }
         for &t in &self.info.prefill_buckets.clone() {
-            self.run_prefill(scratch, 0, &vec![0; t])?;
+            self.run_prefill(scratch, 0, &vec![0; t], false)?;
         }
         Ok(())
     }
@@ -455,7 +476,7 @@ impl<'a> Core<'a> {
             if let Err(e) = self.step() {
                 // A failed step fails the requests it ran; the engine goes on with the next.
                 let msg = e.to_string();
-                for id in self.scheduler.sequences() {
+                for id in self.scheduler.running_sequences() {
                     if let Some(a) = self.active.get(&id) {
                         if a.ticket.is_none() {
                             let _ = a.events.send(Event::Failed(msg.clone()));
@@ -475,30 +496,38 @@ impl<'a> Core<'a> {
                 self.metrics.request(Outcome::Refused);
             }
             Command::Submit(s) => {
-                self.next_id += 1;
-                let id = self.next_id;
-                let sampling = GenerateOptions {
-                    temperature: s.params.temperature,
-                    top_p: s.params.top_p,
-                    ..GenerateOptions::default()
-                };
+                let n = s.params.n.max(1);
+                let ids: Vec<SeqId> = (0..n)
+                    .map(|_| {
+                        self.next_id += 1;
+                        self.next_id
+                    })
+                    .collect();
+                self.scheduler.add_group(ids[0], &ids[1..], s.prompt.len());
                 let seed = s.params.seed.unwrap_or_else(rand::random);
-                self.scheduler.add(id, s.prompt.len());
-                self.active.insert(
-                    id,
-                    Active {
-                        text: TextStream::new(s.params.stop.clone()),
-                        prompt: s.prompt,
-                        params: s.params,
-                        sampling,
-                        rng: rand::rngs::StdRng::seed_from_u64(seed),
+                let prompt: Arc<[u32]> = s.prompt.into();
+                let params = Arc::new(s.params);
+                let mut ticket = Some(s.ticket);
+                for (index, &id) in ids.iter().enumerate() {
+                    let mut text = TextStream::new(params.stop.clone());
+                    text.arm(params.min_tokens == 0);
+                    let active = Active {
+                        prompt: prompt.clone(),
+                        params: params.clone(),
+                        index,
+                        sampler: Sampler::new(seed, index),
                         generated: Vec::new(),
-                        events: s.events,
-                        ticket: Some(s.ticket),
+                        text,
+                        logprobs: Vec::new(),
+                        prompt_logprobs: Vec::new(),
+                        events: s.events.clone(),
+                        // The leader holds the request's place in the queue.
+                        ticket: ticket.take(),
                         arrived: s.arrived,
                         last_token: None,
-                    },
-                );
+                    };
+                    self.active.insert(id, active);
+                }
             }
             Command::Drain => self.draining = true,
         }
@@ -513,10 +542,13 @@ impl<'a> Core<'a> {
         }
     }
 
+    /// Ends sequence `id` (a request is counted once, by its first choice).
     fn end(&mut self, id: SeqId, outcome: Outcome) {
         self.scheduler.finish(id);
-        if self.active.remove(&id).is_some() {
-            self.metrics.request(outcome);
+        if let Some(a) = self.active.remove(&id) {
+            if a.index == 0 {
+                self.metrics.request(outcome);
+            }
         }
     }
 
@@ -541,12 +573,23 @@ impl<'a> Core<'a> {
             let cap = self.info.max_model_len;
             let t = bucket_for(&self.info.prefill_buckets, chunk.len).min(cap);
             let from = chunk.start.min(cap - t);
-            let tokens = self.active[&chunk.seq].prompt[from..chunk.start + chunk.len].to_vec();
-            let logits = self.run_prefill(chunk.slot + 1, from, &tokens)?;
+            let a = &self.active[&chunk.seq];
+            let tokens = a.prompt[from..chunk.start + chunk.len].to_vec();
+            let prompt_logprobs = a.params.prompt_logprobs;
+            let logits = self.run_prefill(chunk.slot + 1, from, &tokens, prompt_logprobs.is_some())?;
             self.metrics.prompt_tokens.inc_by(chunk.len as u64);
-            self.scheduler.prefilled(chunk);
+            let forks = self.scheduler.prefilled(chunk);
+            let vocab = self.info.vocab_size;
+            let last_row = match prompt_logprobs {
+                Some(k) => {
+                    self.score_prompt(chunk.seq, from, chunk.start, chunk.len, &logits, k);
+                    let r = chunk.start + chunk.len - 1 - from;
+                    &logits[r * vocab..(r + 1) * vocab]
+                }
+                None => &logits[..],
+            };
             if chunk.last {
-                self.accept(chunk.seq, &logits)?;
+                self.first_tokens(chunk.seq, chunk.slot, &forks, last_row)?;
             }
         }
         if !plan.decode.is_empty() {
@@ -572,13 +615,66 @@ impl<'a> Core<'a> {
         Ok(())
     }
 
+    /// The logprobs of the prompt tokens that chunk `start..start + len` (run from `from`,
+    /// its rows `from..`) predicts, each with its `k` most likely alternatives.
+    fn score_prompt(&mut self, id: SeqId, from: usize, start: usize, len: usize, logits: &[f32], k: usize) {
+        let vocab = self.info.vocab_size;
+        let Some(a) = self.active.get_mut(&id) else { return };
+        if start == 0 {
+            a.prompt_logprobs.push(None);
+        }
+        for pos in start..start + len {
+            // Position `pos`'s logits predict the token at `pos + 1`.
+            if let Some(&next) = a.prompt.get(pos + 1) {
+                let r = pos - from;
+                a.prompt_logprobs.push(Some(token_logprob(&logits[r * vocab..(r + 1) * vocab], next, k)));
+            }
+        }
+    }
+
+    /// A prompt is cached: its forks take copies of its slot, each choice draws its first token
+    /// from the prompt's last logits (a request of `max_tokens` 0 ends here).
+    fn first_tokens(&mut self, id: SeqId, slot: usize, forks: &[(SeqId, usize)], row: &[f32]) -> Result<()> {
+        for &(_, fork_slot) in forks {
+            self.slots[fork_slot + 1] =
+                self.slots[slot + 1].iter().map(Tensor::copy).collect::<eager::Result<_>>()?;
+        }
+        if let Some(a) = self.active.get_mut(&id) {
+            if a.params.prompt_logprobs.is_some() {
+                let _ = a.events.send(Event::Prompt(std::mem::take(&mut a.prompt_logprobs)));
+            }
+            if a.params.max_tokens == 0 {
+                let done = Event::Done {
+                    index: 0,
+                    reason: FinishReason::Length,
+                    stop_reason: None,
+                    prompt_tokens: a.prompt.len(),
+                    completion_tokens: 0,
+                };
+                let _ = a.events.send(done);
+                self.end(id, Outcome::Completed);
+                return Ok(());
+            }
+        }
+        for seq in std::iter::once(id).chain(forks.iter().map(|f| f.0)) {
+            self.accept(seq, row)?;
+        }
+        Ok(())
+    }
+
     /// Chooses `id`'s next token from its logits row, sends the text it adds, and ends the
-    /// request at a stop, its `max_tokens` or the context's end.
+    /// sequence at an end token, a stop, its `max_tokens` or the context's end.
     fn accept(&mut self, id: SeqId, row: &[f32]) -> Result<()> {
         let cap = self.info.max_model_len;
         let Some(a) = self.active.get_mut(&id) else { return Ok(()) };
-        let token = choose(row, &[], &a.sampling, &mut a.rng);
+        let p = a.params.clone();
+        let mut ends: Vec<u32> = if p.ignore_eos { Vec::new() } else { self.eos.clone() };
+        ends.extend(&p.stop_token_ids);
+        let token = a.sampler.choose(row, &p, &a.prompt, &a.generated, &ends);
         a.generated.push(token);
+        if let Some(k) = p.logprobs {
+            a.logprobs.push(token_logprob(row, token, k));
+        }
         let now = Instant::now();
         match a.last_token {
             None => self.metrics.time_to_first_token.observe((now - a.arrived).as_secs_f64()),
@@ -586,24 +682,36 @@ impl<'a> Core<'a> {
         }
         a.last_token = Some(now);
         self.metrics.generation_tokens.inc();
-        let eos = self.eos.contains(&token);
-        let delta = if eos { Default::default() } else { a.text.push(token, self.tokenizer)? };
-        let mut reason = (eos || delta.stopped).then_some(FinishReason::Stop);
-        if reason.is_none()
-            && (a.generated.len() >= a.params.max_tokens || a.prompt.len() + a.generated.len() >= cap)
-        {
+        let ended_by_token = ends.contains(&token);
+        a.text.arm(a.generated.len() >= p.min_tokens);
+        let delta = if ended_by_token { Default::default() } else { a.text.push(token, self.tokenizer)? };
+        let mut stop_reason = None;
+        let mut reason = None;
+        if ended_by_token {
+            reason = Some(FinishReason::Stop);
+            stop_reason = p.stop_token_ids.contains(&token).then_some(StopReason::Token(token));
+        } else if delta.stopped {
+            reason = Some(FinishReason::Stop);
+            stop_reason = a.text.matched().map(|s| StopReason::String(s.to_string()));
+        } else if a.generated.len() >= p.max_tokens || a.prompt.len() + a.generated.len() >= cap {
             reason = Some(FinishReason::Length);
         }
         let mut text = delta.text;
         if reason.is_some() && !delta.stopped {
             text.push_str(&a.text.finish(self.tokenizer)?);
         }
-        if !text.is_empty() {
-            let _ = a.events.send(Event::Text(text));
+        if !text.is_empty() || (reason.is_some() && !a.logprobs.is_empty()) {
+            let logprobs = std::mem::take(&mut a.logprobs);
+            let _ = a.events.send(Event::Text { index: a.index, text, logprobs });
         }
         if let Some(reason) = reason {
-            let done =
-                Event::Done { reason, prompt_tokens: a.prompt.len(), completion_tokens: a.generated.len() };
+            let done = Event::Done {
+                index: a.index,
+                reason,
+                stop_reason,
+                prompt_tokens: a.prompt.len(),
+                completion_tokens: a.generated.len(),
+            };
             let _ = a.events.send(done);
             self.end(id, Outcome::Completed);
         }
@@ -650,8 +758,9 @@ impl<'a> Core<'a> {
     }
 
     /// Prefills `tokens` at positions from `start` into `self.slots[slot]`, right-padded to a
-    /// bucket: the logits of the last token.
-    fn run_prefill(&mut self, slot: usize, start: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+    /// bucket: the logits of the last token, or of every row of the bucket when `all_rows`
+    /// (prompt logprobs; that program is compiled at its first use).
+    fn run_prefill(&mut self, slot: usize, start: usize, tokens: &[u32], all_rows: bool) -> Result<Vec<f32>> {
         let cap = self.info.max_model_len;
         let t = bucket_for(&self.info.prefill_buckets, tokens.len()).min(cap);
         let mut ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
@@ -668,7 +777,8 @@ impl<'a> Core<'a> {
         let positions = Tensor::from_slice_on(&pos, &[1, t], d)?;
         let start = Tensor::from_slice_on(&[start as i64], &[], d)?;
         let mask = Tensor::from_bytes_on(&mask, &[1, 1, t, cap], DType::Bool, d)?;
-        let last = Tensor::from_slice_on(&[tokens.len() as i64 - 1], &[1], d)?;
+        let rows: Vec<i64> = if all_rows { (0..t as i64).collect() } else { vec![tokens.len() as i64 - 1] };
+        let last = Tensor::from_slice_on(&rows, &[rows.len()], d)?;
         let mut args: Vec<&Tensor> = vec![&ids, &positions, &start, &mask, &last];
         args.extend(self.slots[slot].iter());
         let mut outs = self.prefill.call(&args)?.into_iter();
@@ -705,8 +815,8 @@ fn decode_program(lm: &dyn CausalLm, layers: usize, args: &[Tensor]) -> eager::R
     Ok(outs)
 }
 
-/// The prefill program: `[ids [1,T], positions [1,T], start [], mask [1,1,T,S], last [1]]`
-/// then the slot's `layers × (k, v)`; returns the logits at `last` `[1, 1, vocab]` and the
+/// The prefill program: `[ids [1,T], positions [1,T], start [], mask [1,1,T,S], rows [R]]`
+/// then the slot's `layers × (k, v)`; returns the logits at `rows` `[1, R, vocab]` and the
 /// updated slot.
 fn prefill_program(lm: &dyn CausalLm, args: &[Tensor]) -> eager::Result<Vec<Tensor>> {
     let mut caches: Vec<StaticKvCache> = args[5..]

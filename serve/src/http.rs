@@ -12,20 +12,21 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use eager_models::tokenizer::Message;
 use eager_models::Tokenizer;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::engine::{Engine, Event};
 use crate::metrics::Outcome;
-use crate::openai::{self, ApiError, ChatRequest, CompletionRequest, PromptInput};
+use crate::openai::{self, ApiError, ChatRequest, CompletionRequest, PromptInput, Served};
+use crate::response::{Choice, Kind, Reply};
+use crate::sampling::{SamplingParams, TokenLogprob};
 
 /// What every handler reads.
 pub struct AppState {
@@ -33,8 +34,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// The checkpoint's tokenizer (and chat template).
     pub tokenizer: Arc<Tokenizer>,
-    /// The name clients ask for in `model`.
-    pub model: String,
+    /// The names clients ask for in `model` and the checkpoint's sampling defaults.
+    pub served: Served,
     /// Requests to `/v1` need `Authorization: Bearer KEY` when set.
     pub api_key: Option<String>,
     /// Set once the server shuts down: new requests get 503.
@@ -49,7 +50,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(health))
         .route("/metrics", get(metrics))
         .merge(v1)
         .fallback(|| async {
@@ -90,6 +91,21 @@ async fn authorize(State(s): State<Arc<AppState>>, req: Request, next: Next) -> 
     next.run(req).await
 }
 
+/// `ok` while the engine runs; 503 once it died (the binary then exits).
+async fn health(State(s): State<Arc<AppState>>) -> Response {
+    if s.engine.is_alive() {
+        "ok".into_response()
+    } else {
+        error(&ApiError {
+            status: 503,
+            message: "the engine has stopped".into(),
+            kind: "server_error",
+            param: None,
+            code: Some("engine_dead"),
+        })
+    }
+}
+
 async fn metrics(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.engine.metrics().render())
 }
@@ -100,7 +116,7 @@ fn now() -> u64 {
 
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({"object": "list", "data": [{
-        "id": s.model, "object": "model", "created": now(), "owned_by": "eager",
+        "id": s.served.names[0], "object": "model", "created": now(), "owned_by": "eager",
         "max_model_len": s.engine.info().max_model_len,
     }]}))
 }
@@ -115,41 +131,61 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// Which endpoint a response is for.
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    Completion,
-    Chat,
+/// A checked request, ready for the engine.
+struct Job {
+    ids: Vec<u32>,
+    params: SamplingParams,
+    kind: Kind,
+    /// The prompt's text, when a completion echoes it.
+    echo: Option<String>,
+    stream: bool,
+    usage: bool,
 }
 
-async fn completions(State(s): State<Arc<AppState>>, _: HeaderMap, body: Bytes) -> Response {
-    let run = || -> Result<(Vec<u32>, CompletionRequest), ApiError> {
+async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
+    let run = || -> Result<Job, ApiError> {
         let req: CompletionRequest = parse(&body)?;
-        let ids = match req.prompt.single(s.engine.info().vocab_size)? {
-            PromptInput::Tokens(t) => t,
+        let logprobs = req.logprobs()?;
+        let (ids, text) = match req.prompt.single(s.engine.info().vocab_size)? {
+            PromptInput::Tokens(t) => {
+                let text =
+                    s.tokenizer.decode(&t, true).map_err(|e| ApiError::invalid("prompt", e.to_string()))?;
+                (t, text)
+            }
             PromptInput::Text(t) => {
-                s.tokenizer.encode(&t, true).map_err(|e| ApiError::invalid("prompt", e.to_string()))?
+                (s.tokenizer.encode(&t, true).map_err(|e| ApiError::invalid("prompt", e.to_string()))?, t)
             }
         };
-        Ok((ids, req))
+        let mut params = openai::sampling(&req.common, &s.served, 16, req.echo)?;
+        params.logprobs = logprobs;
+        if req.echo {
+            params.prompt_logprobs = logprobs;
+        }
+        Ok(Job {
+            ids,
+            params,
+            kind: Kind::Completion,
+            echo: req.echo.then_some(text),
+            stream: req.common.stream,
+            usage: req.common.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        })
     };
     match run() {
-        Ok((ids, req)) => generate(&s, ids, &req.common, Kind::Completion, 16).await,
+        Ok(job) => generate(&s, job).await,
         Err(e) => invalid(&s, e),
     }
 }
 
 async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
-    let run = || -> Result<(Vec<u32>, ChatRequest), ApiError> {
+    let run = || -> Result<Job, ApiError> {
         let req: ChatRequest = parse(&body)?;
         if req.messages.is_empty() {
             return Err(ApiError::invalid("messages", "messages must not be empty"));
         }
-        let messages = req
-            .messages
-            .iter()
-            .map(|m| Ok(Message { role: m.role.clone(), content: m.text()? }))
-            .collect::<Result<Vec<_>, ApiError>>()?;
+        req.check_unsupported()?;
+        let logprobs = req.logprobs()?;
+        let messages =
+            req.messages.iter().enumerate().map(|(i, m)| m.to_template(i)).collect::<Result<Vec<_>, _>>()?;
         let text = s
             .tokenizer
             .apply_chat_template(&messages, true)
@@ -157,13 +193,20 @@ async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Respon
         // The template writes the special tokens itself, as apply_chat_template(tokenize=True).
         let ids =
             s.tokenizer.encode(&text, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-        Ok((ids, req))
+        let room = s.engine.info().max_model_len.saturating_sub(ids.len()).max(1);
+        let mut params = openai::sampling(&req.common, &s.served, room, false)?;
+        params.logprobs = logprobs;
+        Ok(Job {
+            ids,
+            params,
+            kind: Kind::Chat,
+            echo: None,
+            stream: req.common.stream,
+            usage: req.common.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        })
     };
     match run() {
-        Ok((ids, req)) => {
-            let room = s.engine.info().max_model_len.saturating_sub(ids.len()).max(1);
-            generate(&s, ids, &req.common, Kind::Chat, room).await
-        }
+        Ok(job) => generate(&s, job).await,
         Err(e) => invalid(&s, e),
     }
 }
@@ -173,17 +216,8 @@ fn invalid(s: &AppState, e: ApiError) -> Response {
     error(&e)
 }
 
-async fn generate(
-    s: &Arc<AppState>,
-    ids: Vec<u32>,
-    common: &openai::Common,
-    kind: Kind,
-    default_max: usize,
-) -> Response {
-    let params = match openai::sampling(common, &s.model, default_max) {
-        Ok(p) => p,
-        Err(e) => return invalid(s, e),
-    };
+async fn generate(s: &Arc<AppState>, job: Job) -> Response {
+    let Job { ids, params, kind, echo, stream, usage } = job;
     let limit = s.engine.info().max_model_len;
     if ids.is_empty() {
         return invalid(s, ApiError::invalid("prompt", "the prompt has no tokens"));
@@ -215,18 +249,28 @@ async fn generate(
     if s.closing.load(Ordering::Acquire) {
         return invalid(s, overloaded("the server is shutting down".into()));
     }
+    let n = params.n;
+    let logprobs = params.logprobs.is_some();
+    let prompt_ids = ids.clone();
     let submitted = match s.engine.submit(ids, params) {
         Ok(sub) => sub,
         // A full queue or a stopped engine: the client may retry.
         Err(refusal) => return invalid(s, overloaded(refusal.to_string())),
     };
     let id = format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, uuid());
-    let reply = Reply { id, created: now(), model: s.model.clone(), kind };
-    if common.stream {
-        let usage = common.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        stream(reply, submitted.events, usage).into_response()
+    let reply = Reply {
+        id,
+        created: now(),
+        model: s.served.names[0].clone(),
+        kind,
+        logprobs,
+        echo: echo.map(|t| (t, prompt_ids)),
+        tokenizer: s.tokenizer.clone(),
+    };
+    if stream {
+        stream_events(reply, submitted.events, n, usage).into_response()
     } else {
-        whole(reply, submitted.events).await
+        whole(reply, submitted.events, n).await
     }
 }
 
@@ -238,60 +282,24 @@ fn uuid() -> String {
     format!("{t:x}{n:04x}")
 }
 
-struct Reply {
-    id: String,
-    created: u64,
-    model: String,
-    kind: Kind,
-}
-
-impl Reply {
-    fn object(&self, chunk: bool) -> &'static str {
-        match (self.kind, chunk) {
-            (Kind::Completion, _) => "text_completion",
-            (Kind::Chat, false) => "chat.completion",
-            (Kind::Chat, true) => "chat.completion.chunk",
-        }
-    }
-
-    /// A stream chunk carrying `text` (or the chat role first) and a finish reason.
-    fn chunk(&self, text: Option<&str>, role: bool, finish: Option<&str>) -> Value {
-        let choice = match self.kind {
-            Kind::Completion => {
-                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
-            }
-            Kind::Chat => {
-                let mut delta = json!({});
-                if role {
-                    delta["role"] = json!("assistant");
-                    delta["content"] = json!("");
-                }
-                if let Some(t) = text {
-                    delta["content"] = json!(t);
-                }
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
-            }
-        };
-        json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice]})
-    }
-}
-
-async fn whole(reply: Reply, mut events: UnboundedReceiver<Event>) -> Response {
-    let mut text = String::new();
+async fn whole(reply: Reply, mut events: UnboundedReceiver<Event>, n: usize) -> Response {
+    let mut choices = vec![Choice::default(); n];
+    let mut prompt = None;
+    let mut open = n;
     while let Some(ev) = events.recv().await {
         match ev {
-            Event::Text(t) => text.push_str(&t),
-            Event::Done { reason, prompt_tokens, completion_tokens } => {
-                let choice = match reply.kind {
-                    Kind::Completion => {
-                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": reason.as_str()})
-                    }
-                    Kind::Chat => json!({"index": 0, "message": {"role": "assistant", "content": text},
-                                         "logprobs": null, "finish_reason": reason.as_str()}),
-                };
-                return Json(json!({"id": reply.id, "object": reply.object(false), "created": reply.created,
-                    "model": reply.model, "choices": [choice], "usage": openai::usage(prompt_tokens, completion_tokens)}))
-                .into_response();
+            Event::Prompt(p) => prompt = Some(p),
+            Event::Text { index, text, logprobs } => {
+                choices[index].text.push_str(&text);
+                choices[index].logprobs.extend(logprobs);
+            }
+            Event::Done { index, reason, stop_reason, prompt_tokens, completion_tokens } => {
+                choices[index].finish = Some((reason, stop_reason));
+                choices[index].completion_tokens = completion_tokens;
+                open -= 1;
+                if open == 0 {
+                    return Json(reply.whole(&choices, prompt.as_deref(), prompt_tokens)).into_response();
+                }
             }
             Event::Failed(msg) => return engine_failed(msg),
         }
@@ -303,48 +311,98 @@ fn engine_failed(message: String) -> Response {
     error(&ApiError { status: 500, message, kind: "server_error", param: None, code: None })
 }
 
-/// The events as server-sent events: chunks, the finish, `usage` if asked, then `[DONE]`.
-/// The stream owns the event receiver: a client that hangs up drops it, cancelling the request.
-fn stream(
+/// What a stream keeps between events.
+struct StreamState {
+    rx: Option<UnboundedReceiver<Event>>,
+    queue: VecDeque<SseEvent>,
+    /// Each choice's text offset (characters sent), for completions' `text_offset`.
+    offsets: Vec<usize>,
+    /// Choices still generating.
+    open: usize,
+    /// Tokens generated over all choices.
+    completion_tokens: usize,
+    /// Whether each echoing choice has sent its prompt.
+    echoed: bool,
+}
+
+/// The events as server-sent events: the chat role (or the echoed prompt) per choice, chunks,
+/// each choice's finish, `usage` if asked, then `[DONE]`. The stream owns the event receiver:
+/// a client that hangs up drops it, cancelling the request.
+fn stream_events(
     reply: Reply,
     events: UnboundedReceiver<Event>,
+    n: usize,
     usage: bool,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
-    let mut first = VecDeque::new();
+    let data = |v: Value| SseEvent::default().data(v.to_string());
+    let mut queue = VecDeque::new();
     if reply.kind == Kind::Chat {
-        first.push_back(SseEvent::default().data(reply.chunk(None, true, None).to_string()));
+        for i in 0..n {
+            queue.push_back(data(reply.chunk(i, None, true, &[], &mut 0, None)));
+        }
     }
-    let state = (Some(events), first, reply);
-    Sse::new(futures_util::stream::unfold(state, move |(mut rx, mut queue, reply)| async move {
+    let echo_waits_for_logprobs = reply.echo.is_some() && reply.logprobs;
+    let mut st = StreamState {
+        rx: Some(events),
+        queue,
+        offsets: vec![0; n],
+        open: n,
+        completion_tokens: 0,
+        echoed: reply.echo.is_none(),
+    };
+    if !st.echoed && !echo_waits_for_logprobs {
+        for i in 0..n {
+            queue_echo(&reply, &mut st, i, None);
+        }
+        st.echoed = true;
+    }
+    Sse::new(futures_util::stream::unfold((st, reply), move |(mut st, reply)| async move {
         loop {
-            if let Some(ev) = queue.pop_front() {
-                return Some((Ok(ev), (rx, queue, reply)));
+            if let Some(ev) = st.queue.pop_front() {
+                return Some((Ok(ev), (st, reply)));
             }
-            let ev = rx.as_mut()?.recv().await;
-            let data = |v: Value| SseEvent::default().data(v.to_string());
+            let ev = st.rx.as_mut()?.recv().await;
             match ev {
-                Some(Event::Text(t)) => queue.push_back(data(reply.chunk(Some(&t), false, None))),
-                Some(Event::Done { reason, prompt_tokens, completion_tokens }) => {
-                    queue.push_back(data(reply.chunk(None, false, Some(reason.as_str()))));
-                    if usage {
-                        queue.push_back(data(json!({"id": reply.id, "object": reply.object(true),
-                            "created": reply.created, "model": reply.model, "choices": [],
-                            "usage": openai::usage(prompt_tokens, completion_tokens)})));
+                Some(Event::Prompt(p)) => {
+                    for i in 0..n {
+                        queue_echo(&reply, &mut st, i, Some(&p));
                     }
-                    queue.push_back(SseEvent::default().data("[DONE]"));
-                    rx = None;
+                    st.echoed = true;
+                }
+                Some(Event::Text { index, text, logprobs }) => {
+                    let c = reply.chunk(index, Some(&text), false, &logprobs, &mut st.offsets[index], None);
+                    st.queue.push_back(data(c));
+                }
+                Some(Event::Done { index, reason, stop_reason, prompt_tokens, completion_tokens }) => {
+                    let finish = (reason, stop_reason);
+                    let c = reply.chunk(index, None, false, &[], &mut st.offsets[index], Some(&finish));
+                    st.queue.push_back(data(c));
+                    st.completion_tokens += completion_tokens;
+                    st.open -= 1;
+                    if st.open == 0 {
+                        if usage {
+                            st.queue.push_back(data(reply.usage_chunk(prompt_tokens, st.completion_tokens)));
+                        }
+                        st.queue.push_back(SseEvent::default().data("[DONE]"));
+                        st.rx = None;
+                    }
                 }
                 Some(Event::Failed(msg)) => {
-                    queue.push_back(data(json!({"error": {"message": msg, "type": "server_error", "param": null, "code": null}})));
-                    queue.push_back(SseEvent::default().data("[DONE]"));
-                    rx = None;
+                    st.queue.push_back(data(json!({"error": {"message": msg, "type": "server_error", "param": null, "code": null}})));
+                    st.queue.push_back(SseEvent::default().data("[DONE]"));
+                    st.rx = None;
                 }
                 None => {
-                    queue.push_back(data(json!({"error": {"message": "the engine stopped", "type": "server_error", "param": null, "code": null}})));
-                    queue.push_back(SseEvent::default().data("[DONE]"));
-                    rx = None;
+                    st.queue.push_back(data(json!({"error": {"message": "the engine stopped", "type": "server_error", "param": null, "code": null}})));
+                    st.queue.push_back(SseEvent::default().data("[DONE]"));
+                    st.rx = None;
                 }
             }
         }
     }))
+}
+
+fn queue_echo(reply: &Reply, st: &mut StreamState, index: usize, prompt: Option<&[Option<TokenLogprob>]>) {
+    let c = reply.echo_chunk(index, prompt, &mut st.offsets[index]);
+    st.queue.push_back(SseEvent::default().data(c.to_string()));
 }

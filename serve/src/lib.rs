@@ -7,8 +7,9 @@
 //! - [`scheduler`]: host code only: waiting and running sequences, key/value slots, chunked
 //!   prefill, the queue's bound;
 //! - [`engine`]: one thread that owns the model and the cache, runs the scheduler's plans as
-//!   compiled prefill and decode programs and sends each request its text ([`text`]);
-//! - [`http`] (with [`openai`]'s request and response shapes): the thin front end on tokio and
+//!   compiled prefill and decode programs, chooses each token ([`sampling`]) and sends each
+//!   request its text ([`text`]);
+//! - [`http`] (with [`openai`]'s request shapes and [`response`]'s JSON): the thin front end on tokio and
 //!   axum; [`metrics`]: what `GET /metrics` shows;
 //! - [`server`]: engine and front end started together in the background, for the binary and
 //!   for a notebook cell.
@@ -29,11 +30,14 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod openai;
+pub mod response;
+pub mod sampling;
 pub mod scheduler;
 pub mod server;
 pub mod text;
 
-pub use engine::{Engine, EngineOptions, SamplingParams};
+pub use engine::{Engine, EngineOptions};
+pub use sampling::SamplingParams;
 pub use server::{Server, ServerOptions};
 
 /// What can go wrong starting or running a server.

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use eager::{DType, Device};
-use eager_models::{AutoModel, Tokenizer};
+use eager_models::{AutoModel, GenerationConfig, Tokenizer};
 use eager_serve::{EngineOptions, Server, ServerOptions};
 
 /// Serve a Hugging Face checkpoint over an OpenAI-compatible HTTP API, with continuous batching.
@@ -89,14 +89,23 @@ fn main() -> anyhow::Result<()> {
     .with_context(|| format!("loading {}", args.model.display()))?;
     let tokenizer = Tokenizer::from_dir(&args.model)
         .with_context(|| format!("the tokenizer of {}", args.model.display()))?;
+    let generation = GenerationConfig::from_dir(&args.model)
+        .with_context(|| format!("the generation config of {}", args.model.display()))?;
+    let canonical = args.model.canonicalize().unwrap_or_else(|_| args.model.clone());
     let name = args.served_model_name.clone().unwrap_or_else(|| {
-        let canonical = args.model.canonicalize().unwrap_or_else(|_| args.model.clone());
         canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
     });
+    // As vLLM and `transformers serve`, the path it was started with names the model too.
+    let mut aliases =
+        vec![args.model.to_string_lossy().into_owned(), canonical.to_string_lossy().into_owned()];
+    aliases.dedup();
+    aliases.retain(|a| *a != name);
     let opts = ServerOptions {
         host: args.host.clone(),
         port: args.port,
         model_name: name.clone(),
+        model_aliases: aliases,
+        defaults: generation.clone(),
         api_key: args.api_key.clone(),
         engine: EngineOptions {
             max_batch: args.max_batch,
@@ -104,6 +113,7 @@ fn main() -> anyhow::Result<()> {
             kv_cache_memory: args.kv_cache_memory,
             prefill_chunk: args.prefill_chunk,
             max_waiting: args.max_waiting,
+            eos_token_ids: generation.eos_token_ids.clone(),
         },
     };
     let server = Server::start(model, tokenizer, opts).context("starting the server")?;
@@ -118,25 +128,32 @@ fn main() -> anyhow::Result<()> {
         info.warmup_seconds,
         started.elapsed().as_secs_f64()
     );
-    wait_for_signal()?;
+    if !wait_for_signal(&server)? {
+        eprintln!("eager-serve: the engine stopped unexpectedly (see above); exiting");
+        std::process::exit(1);
+    }
     eprintln!("eager-serve: shutting down: finishing the running requests");
     server.stop();
     eprintln!("eager-serve: stopped");
     Ok(())
 }
 
-/// Blocks until SIGTERM or SIGINT.
-fn wait_for_signal() -> anyhow::Result<()> {
+/// Blocks until SIGTERM or SIGINT (true), or until the engine dies (false): a server whose
+/// engine is gone must not go on answering as if it served.
+fn wait_for_signal(server: &Server) -> anyhow::Result<bool> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
+    let signalled = rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+        let mut check = tokio::time::interval(std::time::Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok::<bool, std::io::Error>(true),
+                _ = tokio::signal::ctrl_c() => return Ok(true),
+                _ = check.tick() => if !server.engine_alive() { return Ok(false) },
+            }
         }
-        Ok::<(), std::io::Error>(())
     })?;
-    Ok(())
+    Ok(signalled)
 }
 
 /// Every step frees and allocates the same large buffers (key/value slots, activations): with

@@ -49,6 +49,8 @@ pub struct Plan {
 enum Phase {
     Waiting,
     Prefilling,
+    /// A fork holding its slot until its leader's prompt is cached (then copied into it).
+    Forking,
     Decoding,
 }
 
@@ -58,6 +60,8 @@ struct Seq {
     prefilled: usize,
     slot: Option<usize>,
     phase: Phase,
+    /// The sequences forked from this one's prompt (OpenAI's `n`): admitted with it.
+    forks: Vec<SeqId>,
 }
 
 /// Waiting and running sequences and the slots they hold.
@@ -86,7 +90,19 @@ impl Scheduler {
 
     /// Queues `seq` with a prompt of `prompt_len` tokens (at least 1).
     pub fn add(&mut self, seq: SeqId, prompt_len: usize) {
-        let s = Seq { prompt_len: prompt_len.max(1), prefilled: 0, slot: None, phase: Phase::Waiting };
+        self.add_group(seq, &[], prompt_len);
+    }
+
+    /// Queues `seq` and `forks`, sequences of the same prompt: they are admitted together when
+    /// as many slots are free, `seq` alone is prefilled, and once its prompt is cached the
+    /// forks decode beside it from copies of its slot. At most `slots() - 1` forks.
+    pub fn add_group(&mut self, seq: SeqId, forks: &[SeqId], prompt_len: usize) {
+        let prompt_len = prompt_len.max(1);
+        for &f in forks {
+            let s = Seq { prompt_len, prefilled: 0, slot: None, phase: Phase::Waiting, forks: Vec::new() };
+            self.seqs.insert(f, s);
+        }
+        let s = Seq { prompt_len, prefilled: 0, slot: None, phase: Phase::Waiting, forks: forks.to_vec() };
         self.seqs.insert(seq, s);
         self.waiting.push_back(seq);
     }
@@ -96,14 +112,23 @@ impl Scheduler {
     /// Returns the plan and the sequences admitted to a slot by it.
     pub fn plan(&mut self) -> (Plan, Vec<SeqId>) {
         let mut admitted = Vec::new();
-        while let Some(free) = self.slots.iter().position(Option::is_none) {
-            let Some(seq) = self.waiting.pop_front() else { break };
-            self.slots[free] = Some(seq);
-            let s = self.seqs.get_mut(&seq).expect("a waiting sequence is known");
-            s.slot = Some(free);
-            s.phase = Phase::Prefilling;
-            self.running.push(seq);
-            admitted.push(seq);
+        // First come, first served: a group waits until its slots are free together.
+        while let Some(&seq) = self.waiting.front() {
+            let forks: Vec<SeqId> =
+                self.seqs[&seq].forks.iter().copied().filter(|f| self.seqs.contains_key(f)).collect();
+            let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_none()).collect();
+            if free.len() < 1 + forks.len() {
+                break;
+            }
+            self.waiting.pop_front();
+            for (k, id) in std::iter::once(seq).chain(forks).enumerate() {
+                self.slots[free[k]] = Some(id);
+                let s = self.seqs.get_mut(&id).expect("a waiting sequence is known");
+                s.slot = Some(free[k]);
+                s.phase = if k == 0 { Phase::Prefilling } else { Phase::Forking };
+                self.running.push(id);
+                admitted.push(id);
+            }
         }
         let mut plan = Plan::default();
         let mut budget = self.prefill_chunk;
@@ -124,20 +149,35 @@ impl Scheduler {
         (plan, admitted)
     }
 
-    /// Records that `chunk` was prefilled: after its prompt's last chunk the sequence decodes.
-    pub fn prefilled(&mut self, chunk: &PrefillChunk) {
-        if let Some(s) = self.seqs.get_mut(&chunk.seq) {
-            s.prefilled = (chunk.start + chunk.len).min(s.prompt_len);
-            if s.prefilled == s.prompt_len {
-                s.phase = Phase::Decoding;
+    /// Records that `chunk` was prefilled: after its prompt's last chunk the sequence decodes,
+    /// and so do its forks that still hold their slots (returned with their slots, to be
+    /// copied from the leader's).
+    pub fn prefilled(&mut self, chunk: &PrefillChunk) -> Vec<(SeqId, usize)> {
+        let Some(s) = self.seqs.get_mut(&chunk.seq) else { return Vec::new() };
+        s.prefilled = (chunk.start + chunk.len).min(s.prompt_len);
+        if s.prefilled < s.prompt_len {
+            return Vec::new();
+        }
+        s.phase = Phase::Decoding;
+        let forks = std::mem::take(&mut s.forks);
+        let mut ready = Vec::new();
+        for f in forks {
+            if let Some(fs) = self.seqs.get_mut(&f) {
+                fs.phase = Phase::Decoding;
+                fs.prefilled = fs.prompt_len;
+                ready.push((f, fs.slot.expect("an admitted fork holds a slot")));
             }
         }
+        ready
     }
 
-    /// Ends `seq` (finished, cancelled or failed): its slot is free for the next plan.
-    /// Returns whether it was known.
+    /// Ends `seq` (finished, cancelled or failed): its slot is free for the next plan; forks
+    /// still waiting for its prompt end with it. Returns whether it was known.
     pub fn finish(&mut self, seq: SeqId) -> bool {
         let Some(s) = self.seqs.remove(&seq) else { return false };
+        for f in &s.forks {
+            self.finish(*f);
+        }
         if let Some(slot) = s.slot {
             self.slots[slot] = None;
         }
@@ -159,6 +199,11 @@ impl Scheduler {
     /// Every sequence known, waiting or running (the engine's iteration order).
     pub fn sequences(&self) -> Vec<SeqId> {
         self.running.iter().chain(&self.waiting).copied().collect()
+    }
+
+    /// The sequences holding a slot, in the order they were admitted.
+    pub fn running_sequences(&self) -> Vec<SeqId> {
+        self.running.clone()
     }
 
     /// Slots in all.
@@ -264,7 +309,9 @@ mod tests {
         let (p, admitted) = s.plan();
         assert_eq!(admitted, vec![1, 2]);
         assert_eq!(s.waiting(), 1);
-        p.prefill.iter().for_each(|c| s.prefilled(c));
+        p.prefill.iter().for_each(|c| {
+            s.prefilled(c);
+        });
         // A disconnect (or a finish) ends 1: its slot goes to 3 at the next plan.
         assert!(s.finish(1));
         assert!(!s.finish(1), "finishing twice is a no-op");
@@ -323,6 +370,34 @@ mod tests {
         assert_eq!(s.sequences(), vec![1, 2]);
         assert!(s.finish(2));
         assert_eq!((s.waiting(), s.running()), (0, 1));
+    }
+
+    #[test]
+    fn a_group_is_admitted_together_prefilled_once_and_its_forks_decode_after() {
+        let mut s = Scheduler::new(3, 64);
+        s.add(1, 4);
+        s.add_group(2, &[3, 4], 6);
+        s.add(5, 2);
+        let (p, admitted) = s.plan();
+        // Three slots: 1 takes one; the group of three waits for three, and 5 waits behind it.
+        assert_eq!(admitted, vec![1]);
+        assert_eq!(s.waiting(), 2);
+        s.prefilled(&p.prefill[0]);
+        s.finish(1);
+        let (p, admitted) = s.plan();
+        assert_eq!(admitted, vec![2, 3, 4]);
+        assert_eq!(p.prefill, vec![PrefillChunk { seq: 2, slot: 0, start: 0, len: 6, last: true }]);
+        assert!(p.decode.is_empty(), "the forks wait for the leader's prompt");
+        assert_eq!(s.prefilled(&p.prefill[0]), vec![(3, 1), (4, 2)]);
+        let (p, _) = s.plan();
+        assert_eq!(p.decode, vec![(2, 0), (3, 1), (4, 2)]);
+        assert!(p.prefill.is_empty());
+        // Cancelling a leader before its prompt is cached ends its forks.
+        let mut s = Scheduler::new(2, 4);
+        s.add_group(7, &[8], 10);
+        s.plan();
+        assert!(s.finish(7));
+        assert!(s.is_idle(), "the fork left with its leader");
     }
 
     #[test]

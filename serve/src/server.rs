@@ -8,12 +8,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use eager_models::{AutoModel, Tokenizer};
+use eager_models::{AutoModel, GenerationConfig, Tokenizer};
 use tokio::sync::oneshot;
 
 use crate::engine::{Engine, EngineInfo, EngineOptions};
 use crate::http::{router, AppState};
 use crate::metrics::{Metrics, Snapshot};
+use crate::openai::Served;
 use crate::{Result, ServeError};
 
 /// Where and how a [`Server`] serves.
@@ -25,6 +26,10 @@ pub struct ServerOptions {
     pub port: u16,
     /// The model's name in the API (`model` of requests, `/v1/models`).
     pub model_name: String,
+    /// Other names requests may give in `model` (the checkpoint's path, as it was given).
+    pub model_aliases: Vec<String>,
+    /// Sampling defaults for fields requests leave out (`generation_config.json`'s).
+    pub defaults: GenerationConfig,
     /// Requests need `Authorization: Bearer KEY` when set.
     pub api_key: Option<String>,
     /// The engine's sizes.
@@ -37,6 +42,8 @@ impl Default for ServerOptions {
             host: "127.0.0.1".into(),
             port: 0,
             model_name: "model".into(),
+            model_aliases: Vec::new(),
+            defaults: GenerationConfig::default(),
             api_key: None,
             engine: EngineOptions::default(),
         }
@@ -58,10 +65,18 @@ impl Server {
         let tokenizer = Arc::new(tokenizer);
         let metrics = Arc::new(Metrics::new());
         let engine = Arc::new(Engine::start(model, tokenizer.clone(), opts.engine.clone(), metrics)?);
+        let served = Served {
+            names: std::iter::once(opts.model_name.clone())
+                .chain(opts.model_aliases.iter().cloned())
+                .collect(),
+            vocab: engine.info().vocab_size,
+            max_n: engine.info().slots,
+            defaults: opts.defaults.clone(),
+        };
         let state = Arc::new(AppState {
             engine,
             tokenizer,
-            model: opts.model_name.clone(),
+            served,
             api_key: opts.api_key.clone(),
             closing: Default::default(),
         });
@@ -107,6 +122,11 @@ impl Server {
     /// What the engine serves (slots, context length, buckets, cache bytes, warm-up time).
     pub fn info(&self) -> &EngineInfo {
         self.state.engine.info()
+    }
+
+    /// Whether the engine still runs (false once it died: the server then answers nothing).
+    pub fn engine_alive(&self) -> bool {
+        self.state.engine.is_alive()
     }
 
     /// The live figures: completed requests, tokens, queue, batch, blocks in use.

@@ -1,7 +1,8 @@
 //! A sequence's text as its tokens arrive: each new token gives the text it adds (a delta for
 //! a stream), never half of a UTF-8 character and never the beginning of a stop string that
 //! may still complete; a stop string ends the text before it, as OpenAI's `stop` does (the
-//! stop string itself is not returned).
+//! stop string itself is not returned). Tokens are decoded incrementally, as `tokenizers`'
+//! `DecodeStream` does (a window of the last tokens, not the whole output at every token).
 
 use eager_models::Tokenizer;
 
@@ -17,34 +18,82 @@ pub struct Delta {
 /// The decoded text of a sequence's new tokens, emitted in deltas.
 #[derive(Debug, Clone, Default)]
 pub struct TextStream {
+    /// The tokens so far.
     tokens: Vec<u32>,
+    /// The text decoded so far (complete characters only).
+    full: String,
+    /// `DecodeStream`'s state: the window of tokens still decoded together, the text of its
+    /// first part, and where that part ends.
+    window: Vec<u32>,
+    prefix: String,
+    prefix_index: usize,
     /// Bytes of the decoded text already emitted.
     emitted: usize,
     stops: Vec<String>,
+    /// Whether the stops are looked for yet, and from which byte on.
+    armed: bool,
+    armed_at: usize,
+    /// The stop string found.
+    matched: Option<String>,
 }
 
 impl TextStream {
     /// A stream that ends at any of `stops` (empty strings are ignored).
     pub fn new(stops: Vec<String>) -> TextStream {
         TextStream {
-            tokens: Vec::new(),
-            emitted: 0,
             stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            armed: true,
+            ..Default::default()
         }
     }
 
     /// Adds `token`; returns the text that is final now.
     pub fn push(&mut self, token: u32, tokenizer: &Tokenizer) -> eager_models::Result<Delta> {
         self.tokens.push(token);
-        let full = tokenizer.decode(&self.tokens, true)?;
-        Ok(self.advance(&full, false))
+        let step = tokenizers::step_decode_stream(
+            &*tokenizer.inner,
+            vec![token],
+            true,
+            &mut self.window,
+            &mut self.prefix,
+            &mut self.prefix_index,
+        );
+        match step {
+            Ok(Some(piece)) => self.full.push_str(&piece),
+            Ok(None) => {}
+            // A decoder whose window's text does not extend its prefix (some clean-up rules):
+            // the whole output decoded once, and the window starts again after it.
+            Err(_) => {
+                let whole = tokenizer.decode(&self.tokens, true)?;
+                self.full = whole.trim_end_matches('\u{FFFD}').to_string();
+                self.window.clear();
+                self.prefix.clear();
+                self.prefix_index = 0;
+            }
+        }
+        let full = std::mem::take(&mut self.full);
+        let delta = self.advance(&full, false);
+        self.full = full;
+        Ok(delta)
     }
 
     /// The text still held back (a partial stop string, an unfinished character) once the
     /// sequence ends for another reason.
     pub fn finish(&mut self, tokenizer: &Tokenizer) -> eager_models::Result<String> {
-        let full = tokenizer.decode(&self.tokens, true)?;
-        Ok(self.advance(&full, true).text)
+        // An unfinished character at the very end decodes as U+FFFD, as a whole decode gives it.
+        let tail = tokenizer.decode(&self.window, true)?;
+        let mut full = std::mem::take(&mut self.full);
+        if tail.len() > self.prefix.len() && tail.starts_with(self.prefix.as_str()) {
+            full.push_str(&tail[self.prefix.len()..]);
+        }
+        let text = self.advance(&full, true).text;
+        self.full = full;
+        Ok(text)
+    }
+
+    /// The whole text decoded so far, emitted or not.
+    pub fn text(&self) -> &str {
+        &self.full
     }
 
     /// The delta of `full` past what was emitted: up to a stop string (then stopped), or up to
@@ -53,26 +102,46 @@ impl TextStream {
         // Decoding more tokens can rewrite the tail (a byte-level character split over two
         // tokens); what was emitted is kept as emitted.
         let from = floor_boundary(full, self.emitted.min(full.len()));
-        let search_from = floor_boundary(full, from.saturating_sub(self.longest_stop()));
-        let hit = self
-            .stops
-            .iter()
-            .filter_map(|s| full[search_from..].find(s.as_str()).map(|i| search_from + i))
-            .min();
-        if let Some(at) = hit {
-            let at = at.max(from);
-            self.emitted = at;
-            return Delta { text: full[from..at].to_string(), stopped: true };
+        if self.armed {
+            let back = from.saturating_sub(self.longest_stop()).max(self.armed_at);
+            let search_from = floor_boundary(full, back);
+            let hit = self
+                .stops
+                .iter()
+                .filter_map(|s| full[search_from..].find(s.as_str()).map(|i| (search_from + i, s)))
+                .min_by_key(|h| h.0);
+            if let Some((at, stop)) = hit {
+                let at = at.max(from);
+                self.emitted = at;
+                self.matched = Some(stop.clone());
+                return Delta { text: full[from..at].to_string(), stopped: true };
+            }
         }
         let mut end = full.len();
         if !last {
             // An unfinished character decodes as U+FFFD until its last byte arrives.
             end = full.trim_end_matches('\u{FFFD}').len();
-            end -= self.pending_stop_prefix(&full[..end]);
+            if self.armed {
+                end -= self.pending_stop_prefix(&full[..end]);
+            }
         }
         let end = floor_boundary(full, end.max(from));
         self.emitted = end;
         Delta { text: full[from..end].to_string(), stopped: false }
+    }
+
+    /// Whether stop strings end the text (not before `min_tokens`, as vLLM's stop checker).
+    pub fn arm(&mut self, armed: bool) {
+        if armed && !self.armed {
+            // A stop string already passed as text stays text.
+            self.armed_at = self.emitted;
+        }
+        self.armed = armed;
+    }
+
+    /// The stop string that ended the text, once one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     fn longest_stop(&self) -> usize {
@@ -141,6 +210,16 @@ mod tests {
         let (out, stopped) = run(&["stop"], &["go ", "go and stop here"]);
         assert_eq!(out.concat(), "go and ");
         assert!(stopped);
+    }
+
+    #[test]
+    fn a_disarmed_stream_passes_stop_strings_and_names_the_one_that_ends_it() {
+        let mut t = TextStream::new(vec!["x".into(), "yz".into()]);
+        t.arm(false);
+        assert_eq!(t.advance("ax", false).text, "ax", "not armed: x is text");
+        t.arm(true);
+        let d = t.advance("axbyzc", false);
+        assert_eq!((d.text.as_str(), d.stopped, t.matched()), ("b", true, Some("yz")));
     }
 
     #[test]

@@ -340,6 +340,18 @@ def test_the_api_key_is_required_when_set():
         s.stop()
 
 
+def refused_once_closed(url, deadline_s=30):
+    """Polls until a new connection is refused (the listener closed); returns the seconds it took."""
+    start = time.time()
+    while time.time() - start < deadline_s:
+        try:
+            httpx.get(url + "/health", timeout=5)
+        except httpx.ConnectError:
+            return time.time() - start
+        time.sleep(0.02)
+    raise AssertionError("the server still accepted connections after SIGTERM")
+
+
 def test_sigterm_drains_the_running_requests_then_exits(long_model):
     s = Served(model=long_model)
     try:
@@ -348,8 +360,8 @@ def test_sigterm_drains_the_running_requests_then_exits(long_model):
             lines = r.iter_lines()
             first = next(lines)
             s.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.2)
-            # Closing: the listener is gone, so a new request is refused while the running one finishes.
+            # Closing: the listener goes, so a new request is refused while the running one finishes.
+            refused_once_closed(s.url)
             with pytest.raises(httpx.ConnectError):
                 httpx.post(s.url + "/v1/completions", json={**LONG, "max_tokens": 2}, timeout=60)
             rest = [line for line in [first, *lines] if line]

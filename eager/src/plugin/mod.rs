@@ -269,7 +269,9 @@ pub fn fetch(kind: DeviceKind) -> Result<()> {
         ])
         .arg(&tmp.0)
         .arg(&spec)
-        .stdout(Stdio::inherit())
+        // pip's report goes to stderr: a program's stdout is its own (eager-serve's first line
+        // is the URL a script waits for).
+        .stdout(std::io::stderr())
         .stderr(Stdio::inherit())
         .status()
         .map_err(|e| err(format!("cannot run `{} -m pip`: {e}", python())))?;
