@@ -112,6 +112,8 @@ pub enum Event {
         stop_reason: Option<StopReason>,
         /// Prompt tokens.
         prompt_tokens: usize,
+        /// Prompt tokens found in the cache (not prefilled again).
+        cached_tokens: usize,
         /// Tokens generated.
         completion_tokens: usize,
     },
@@ -476,6 +478,7 @@ impl<'a> Core<'a> {
             if let Err(e) = self.step() {
                 // A failed step fails the requests it ran; the engine goes on with the next.
                 let msg = e.to_string();
+                self.scheduler.forget_contents();
                 for id in self.scheduler.running_sequences() {
                     if let Some(a) = self.active.get(&id) {
                         if a.ticket.is_none() {
@@ -503,9 +506,11 @@ impl<'a> Core<'a> {
                         self.next_id
                     })
                     .collect();
-                self.scheduler.add_group(ids[0], &ids[1..], s.prompt.len());
                 let seed = s.params.seed.unwrap_or_else(rand::random);
                 let prompt: Arc<[u32]> = s.prompt.into();
+                // Prompt logprobs need every prompt row's logits: nothing cached is reused.
+                let reuse = s.params.prompt_logprobs.is_none();
+                self.scheduler.add_group(ids[0], &ids[1..], prompt.clone(), reuse);
                 let params = Arc::new(s.params);
                 let mut ticket = Some(s.ticket);
                 for (index, &id) in ids.iter().enumerate() {
@@ -563,6 +568,10 @@ impl<'a> Core<'a> {
         for id in admitted {
             if let Some(a) = self.active.get_mut(&id) {
                 a.ticket = None;
+                if a.index == 0 && a.params.prompt_logprobs.is_none() {
+                    self.metrics.prefix_cache_queries.inc_by(a.prompt.len() as u64);
+                    self.metrics.prefix_cache_hits.inc_by(self.scheduler.cached_tokens(id) as u64);
+                }
             }
         }
         self.publish();
@@ -604,6 +613,9 @@ impl<'a> Core<'a> {
                 .collect();
             self.metrics.running_batch.set(rows.len() as i64);
             let logits = self.run_decode(&rows)?;
+            for (&(_, slot), r) in plan.decode.iter().zip(&rows) {
+                self.scheduler.decoded(slot, r.2, r.1);
+            }
             let vocab = self.info.vocab_size;
             for (i, &(id, _)) in plan.decode.iter().enumerate() {
                 self.accept(id, &logits[i * vocab..(i + 1) * vocab])?;
@@ -649,6 +661,7 @@ impl<'a> Core<'a> {
                     reason: FinishReason::Length,
                     stop_reason: None,
                     prompt_tokens: a.prompt.len(),
+                    cached_tokens: 0,
                     completion_tokens: 0,
                 };
                 let _ = a.events.send(done);
@@ -710,6 +723,7 @@ impl<'a> Core<'a> {
                 reason,
                 stop_reason,
                 prompt_tokens: a.prompt.len(),
+                cached_tokens: self.scheduler.cached_tokens(id),
                 completion_tokens: a.generated.len(),
             };
             let _ = a.events.send(done);

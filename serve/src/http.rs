@@ -25,7 +25,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::engine::{Engine, Event};
 use crate::metrics::Outcome;
 use crate::openai::{self, ApiError, ChatRequest, CompletionRequest, PromptInput, Served};
-use crate::response::{Choice, Kind, Reply};
+use crate::response::{Choice, Kind, PromptUsage, Reply};
 use crate::sampling::{SamplingParams, TokenLogprob};
 
 /// What every handler reads.
@@ -285,6 +285,7 @@ fn uuid() -> String {
 async fn whole(reply: Reply, mut events: UnboundedReceiver<Event>, n: usize) -> Response {
     let mut choices = vec![Choice::default(); n];
     let mut prompt = None;
+    let mut usage = PromptUsage::default();
     let mut open = n;
     while let Some(ev) = events.recv().await {
         match ev {
@@ -293,12 +294,14 @@ async fn whole(reply: Reply, mut events: UnboundedReceiver<Event>, n: usize) -> 
                 choices[index].text.push_str(&text);
                 choices[index].logprobs.extend(logprobs);
             }
-            Event::Done { index, reason, stop_reason, prompt_tokens, completion_tokens } => {
+            Event::Done { index, reason, stop_reason, prompt_tokens, cached_tokens, completion_tokens } => {
                 choices[index].finish = Some((reason, stop_reason));
                 choices[index].completion_tokens = completion_tokens;
+                usage.tokens = prompt_tokens;
+                usage.cached = usage.cached.max(cached_tokens);
                 open -= 1;
                 if open == 0 {
-                    return Json(reply.whole(&choices, prompt.as_deref(), prompt_tokens)).into_response();
+                    return Json(reply.whole(&choices, prompt.as_deref(), usage)).into_response();
                 }
             }
             Event::Failed(msg) => return engine_failed(msg),
@@ -321,6 +324,8 @@ struct StreamState {
     open: usize,
     /// Tokens generated over all choices.
     completion_tokens: usize,
+    /// The prompt's tokens, cached ones among them.
+    usage: PromptUsage,
     /// Whether each echoing choice has sent its prompt.
     echoed: bool,
 }
@@ -348,6 +353,7 @@ fn stream_events(
         offsets: vec![0; n],
         open: n,
         completion_tokens: 0,
+        usage: PromptUsage::default(),
         echoed: reply.echo.is_none(),
     };
     if !st.echoed && !echo_waits_for_logprobs {
@@ -373,15 +379,24 @@ fn stream_events(
                     let c = reply.chunk(index, Some(&text), false, &logprobs, &mut st.offsets[index], None);
                     st.queue.push_back(data(c));
                 }
-                Some(Event::Done { index, reason, stop_reason, prompt_tokens, completion_tokens }) => {
+                Some(Event::Done {
+                    index,
+                    reason,
+                    stop_reason,
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                }) => {
                     let finish = (reason, stop_reason);
                     let c = reply.chunk(index, None, false, &[], &mut st.offsets[index], Some(&finish));
                     st.queue.push_back(data(c));
                     st.completion_tokens += completion_tokens;
+                    st.usage.tokens = prompt_tokens;
+                    st.usage.cached = st.usage.cached.max(cached_tokens);
                     st.open -= 1;
                     if st.open == 0 {
                         if usage {
-                            st.queue.push_back(data(reply.usage_chunk(prompt_tokens, st.completion_tokens)));
+                            st.queue.push_back(data(reply.usage_chunk(st.usage, st.completion_tokens)));
                         }
                         st.queue.push_back(SseEvent::default().data("[DONE]"));
                         st.rx = None;

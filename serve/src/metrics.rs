@@ -42,6 +42,10 @@ pub struct Metrics {
     pub prompt_tokens: IntCounter,
     /// Tokens generated.
     pub generation_tokens: IntCounter,
+    /// Prompt tokens of requests that looked for a cached prefix (vLLM's `prefix_cache_queries`).
+    pub prefix_cache_queries: IntCounter,
+    /// Of them, tokens found cached and not prefilled again (vLLM's `prefix_cache_hits`).
+    pub prefix_cache_hits: IntCounter,
     /// Requests waiting for a key/value slot.
     pub queue_length: IntGauge,
     /// Sequences in the last decode step.
@@ -96,6 +100,14 @@ impl Metrics {
             requests,
             prompt_tokens: counter("eager_serve_prompt_tokens_total", "Prompt tokens prefilled"),
             generation_tokens: counter("eager_serve_generation_tokens_total", "Tokens generated"),
+            prefix_cache_queries: counter(
+                "eager_serve_prefix_cache_queries_total",
+                "Prompt tokens of requests that looked for a cached prefix",
+            ),
+            prefix_cache_hits: counter(
+                "eager_serve_prefix_cache_hits_total",
+                "Prompt tokens found cached in a slot and not prefilled again",
+            ),
             queue_length: gauge("eager_serve_queue_length", "Requests waiting for a key/value block"),
             running_batch: gauge("eager_serve_running_batch", "Sequences in the last decode step"),
             kv_blocks_in_use: gauge(
@@ -115,7 +127,7 @@ impl Metrics {
             registry,
         };
         m.registry.register(Box::new(m.requests.clone())).expect("registered once");
-        for c in [&m.prompt_tokens, &m.generation_tokens] {
+        for c in [&m.prompt_tokens, &m.generation_tokens, &m.prefix_cache_queries, &m.prefix_cache_hits] {
             m.registry.register(Box::new(c.clone())).expect("registered once");
         }
         for g in [&m.queue_length, &m.running_batch, &m.kv_blocks_in_use, &m.kv_blocks_total] {

@@ -9,6 +9,7 @@ use eager_models::GenerationConfig;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::response::PromptUsage;
 use crate::sampling::SamplingParams;
 
 /// An error as OpenAI returns it: an HTTP status and `{"error": {message, type, param, code}}`.
@@ -503,11 +504,11 @@ pub fn sampling(
     })
 }
 
-/// The `usage` object (no prompt token is served from a cache yet: `cached_tokens` is 0).
-pub fn usage(prompt_tokens: usize, completion_tokens: usize) -> Value {
-    json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-           "total_tokens": prompt_tokens + completion_tokens,
-           "prompt_tokens_details": {"cached_tokens": 0}})
+/// The `usage` object, with the prompt tokens found in the cache.
+pub fn usage(prompt: PromptUsage, completion_tokens: usize) -> Value {
+    json!({"prompt_tokens": prompt.tokens, "completion_tokens": completion_tokens,
+           "total_tokens": prompt.tokens + completion_tokens,
+           "prompt_tokens_details": {"cached_tokens": prompt.cached}})
 }
 
 #[cfg(test)]

@@ -35,6 +35,15 @@ pub struct Choice {
     pub completion_tokens: usize,
 }
 
+/// A request's prompt, as `usage` counts it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PromptUsage {
+    /// Prompt tokens.
+    pub tokens: usize,
+    /// Of them, tokens found in the cache.
+    pub cached: usize,
+}
+
 /// What every response and chunk of one request shares.
 pub struct Reply {
     /// `cmpl-…` or `chatcmpl-…`.
@@ -156,7 +165,7 @@ impl Reply {
         &self,
         choices: &[Choice],
         prompt: Option<&[Option<TokenLogprob>]>,
-        prompt_tokens: usize,
+        usage: PromptUsage,
     ) -> Value {
         let out: Vec<Value> = choices
             .iter()
@@ -186,7 +195,7 @@ impl Reply {
             .collect();
         let completion_tokens = choices.iter().map(|c| c.completion_tokens).sum();
         json!({"id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
-               "choices": out, "usage": openai::usage(prompt_tokens, completion_tokens)})
+               "choices": out, "usage": openai::usage(usage, completion_tokens)})
     }
 
     /// A stream chunk of choice `index`: `text` with the logprobs of its tokens (their text
@@ -240,8 +249,8 @@ impl Reply {
     }
 
     /// The last chunk of a stream that asked for `usage`.
-    pub fn usage_chunk(&self, prompt_tokens: usize, completion_tokens: usize) -> Value {
+    pub fn usage_chunk(&self, usage: PromptUsage, completion_tokens: usize) -> Value {
         json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
-               "choices": [], "usage": openai::usage(prompt_tokens, completion_tokens)})
+               "choices": [], "usage": openai::usage(usage, completion_tokens)})
     }
 }

@@ -10,6 +10,12 @@
 //! running sequence therefore never runs out of cache and is never preempted; a request waits
 //! in the queue until a slot is free, and [`Admission`] refuses it (HTTP 503) when the queue
 //! is full.
+//!
+//! Prefix caching at the slot level: a freed slot keeps its keys and values, and the scheduler
+//! remembers which tokens they are. A new request takes the free slot whose tokens share the
+//! longest prefix with its prompt and prefills only the rest (its last token always, for the
+//! logits of its first new token): a repeated system prompt, a chat history that grows, a
+//! few-shot header.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,6 +62,10 @@ enum Phase {
 
 #[derive(Debug)]
 struct Seq {
+    /// The prompt's tokens, when known: a prefix already in a free slot is not prefilled again.
+    prompt: Option<Arc<[u32]>>,
+    /// Prompt tokens found in the slot's cache at admission.
+    cached: usize,
     prompt_len: usize,
     prefilled: usize,
     slot: Option<usize>,
@@ -73,6 +83,8 @@ pub struct Scheduler {
     /// Sequences holding a slot, in the order they were admitted.
     running: Vec<SeqId>,
     seqs: HashMap<SeqId, Seq>,
+    /// The tokens each slot's cache holds, position by position (kept after its sequence ends).
+    contents: Vec<Vec<u32>>,
 }
 
 impl Scheduler {
@@ -85,26 +97,60 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             seqs: HashMap::new(),
+            contents: vec![Vec::new(); slots.max(1)],
         }
     }
 
-    /// Queues `seq` with a prompt of `prompt_len` tokens (at least 1).
+    /// Queues `seq` with a prompt of `prompt_len` tokens (at least 1) whose tokens are not
+    /// given: it reuses no cached prefix and leaves none.
     pub fn add(&mut self, seq: SeqId, prompt_len: usize) {
-        self.add_group(seq, &[], prompt_len);
+        self.queue(seq, &[], None, prompt_len);
     }
 
-    /// Queues `seq` and `forks`, sequences of the same prompt: they are admitted together when
-    /// as many slots are free, `seq` alone is prefilled, and once its prompt is cached the
-    /// forks decode beside it from copies of its slot. At most `slots() - 1` forks.
-    pub fn add_group(&mut self, seq: SeqId, forks: &[SeqId], prompt_len: usize) {
+    /// Queues `seq` and `forks`, sequences of `prompt`: they are admitted together when as many
+    /// slots are free, `seq` alone is prefilled (from the longest prefix of `prompt` a free
+    /// slot holds, when `reuse`), and once its prompt is cached the forks decode beside it from
+    /// copies of its slot. At most `slots() - 1` forks.
+    pub fn add_group(&mut self, seq: SeqId, forks: &[SeqId], prompt: Arc<[u32]>, reuse: bool) {
+        let len = prompt.len();
+        self.queue(seq, forks, Some(prompt).filter(|_| reuse), len);
+    }
+
+    fn queue(&mut self, seq: SeqId, forks: &[SeqId], prompt: Option<Arc<[u32]>>, prompt_len: usize) {
         let prompt_len = prompt_len.max(1);
+        let new = |forks: Vec<SeqId>| Seq {
+            prompt: prompt.clone(),
+            cached: 0,
+            prompt_len,
+            prefilled: 0,
+            slot: None,
+            phase: Phase::Waiting,
+            forks,
+        };
         for &f in forks {
-            let s = Seq { prompt_len, prefilled: 0, slot: None, phase: Phase::Waiting, forks: Vec::new() };
-            self.seqs.insert(f, s);
+            self.seqs.insert(f, new(Vec::new()));
         }
-        let s = Seq { prompt_len, prefilled: 0, slot: None, phase: Phase::Waiting, forks: forks.to_vec() };
-        self.seqs.insert(seq, s);
+        self.seqs.insert(seq, new(forks.to_vec()));
         self.waiting.push_back(seq);
+    }
+
+    /// Prompt tokens `seq` found cached in its slot (0 before it holds one).
+    pub fn cached_tokens(&self, seq: SeqId) -> usize {
+        self.seqs.get(&seq).map_or(0, |s| s.cached)
+    }
+
+    /// Records that the decode step wrote `token`'s keys and values at `position` of `slot`.
+    pub fn decoded(&mut self, slot: usize, position: usize, token: u32) {
+        let c = &mut self.contents[slot];
+        c.truncate(position);
+        if c.len() == position {
+            c.push(token);
+        }
+    }
+
+    /// Forgets what every slot holds (after a failed step, whose writes are unknown).
+    pub fn forget_contents(&mut self) {
+        self.contents.iter_mut().for_each(Vec::clear);
     }
 
     /// The next step: waiting requests take free slots (first come, first served), prompt
@@ -121,11 +167,29 @@ impl Scheduler {
                 break;
             }
             self.waiting.pop_front();
+            // The leader takes the free slot holding the longest prefix of its prompt.
+            let prompt = self.seqs[&seq].prompt.clone();
+            let shared = |slot: usize| match &prompt {
+                Some(p) => self.contents[slot].iter().zip(p.iter()).take_while(|(a, b)| a == b).count(),
+                None => 0,
+            };
+            let best = (0..free.len()).max_by_key(|&k| (shared(free[k]), std::cmp::Reverse(k))).unwrap_or(0);
+            let reused = shared(free[best]).min(self.seqs[&seq].prompt_len - 1);
+            let mut order = free.clone();
+            order.swap(0, best);
             for (k, id) in std::iter::once(seq).chain(forks).enumerate() {
-                self.slots[free[k]] = Some(id);
+                let slot = order[k];
+                self.slots[slot] = Some(id);
+                self.contents[slot].truncate(if k == 0 { reused } else { 0 });
                 let s = self.seqs.get_mut(&id).expect("a waiting sequence is known");
-                s.slot = Some(free[k]);
-                s.phase = if k == 0 { Phase::Prefilling } else { Phase::Forking };
+                s.slot = Some(slot);
+                if k == 0 {
+                    s.phase = Phase::Prefilling;
+                    s.prefilled = reused;
+                    s.cached = reused;
+                } else {
+                    s.phase = Phase::Forking;
+                }
                 self.running.push(id);
                 admitted.push(id);
             }
@@ -155,6 +219,11 @@ impl Scheduler {
     pub fn prefilled(&mut self, chunk: &PrefillChunk) -> Vec<(SeqId, usize)> {
         let Some(s) = self.seqs.get_mut(&chunk.seq) else { return Vec::new() };
         s.prefilled = (chunk.start + chunk.len).min(s.prompt_len);
+        let written = match &s.prompt {
+            Some(p) => p[..s.prefilled].to_vec(),
+            None => Vec::new(),
+        };
+        self.contents[chunk.slot] = written;
         if s.prefilled < s.prompt_len {
             return Vec::new();
         }
@@ -165,7 +234,9 @@ impl Scheduler {
             if let Some(fs) = self.seqs.get_mut(&f) {
                 fs.phase = Phase::Decoding;
                 fs.prefilled = fs.prompt_len;
-                ready.push((f, fs.slot.expect("an admitted fork holds a slot")));
+                let slot = fs.slot.expect("an admitted fork holds a slot");
+                self.contents[slot] = self.contents[chunk.slot].clone();
+                ready.push((f, slot));
             }
         }
         ready
@@ -376,7 +447,7 @@ mod tests {
     fn a_group_is_admitted_together_prefilled_once_and_its_forks_decode_after() {
         let mut s = Scheduler::new(3, 64);
         s.add(1, 4);
-        s.add_group(2, &[3, 4], 6);
+        s.add_group(2, &[3, 4], (0..6).collect::<Vec<u32>>().into(), false);
         s.add(5, 2);
         let (p, admitted) = s.plan();
         // Three slots: 1 takes one; the group of three waits for three, and 5 waits behind it.
@@ -394,10 +465,45 @@ mod tests {
         assert!(p.prefill.is_empty());
         // Cancelling a leader before its prompt is cached ends its forks.
         let mut s = Scheduler::new(2, 4);
-        s.add_group(7, &[8], 10);
+        s.add_group(7, &[8], (0..10).collect::<Vec<u32>>().into(), false);
         s.plan();
         assert!(s.finish(7));
         assert!(s.is_idle(), "the fork left with its leader");
+    }
+
+    #[test]
+    fn a_prompt_reuses_the_longest_prefix_a_free_slot_holds() {
+        let mut s = Scheduler::new(2, 64);
+        let prompt = |v: &[u32]| -> Arc<[u32]> { v.into() };
+        s.add_group(1, &[], prompt(&[5, 6, 7, 8]), true);
+        let (p, _) = s.plan();
+        s.prefilled(&p.prefill[0]);
+        // Decoded 9 at position 4, then 10 at 5; then it ends, its slot keeping 5 6 7 8 9 10.
+        s.decoded(0, 4, 9);
+        s.decoded(0, 5, 10);
+        s.finish(1);
+        // A longer prompt sharing 5 tokens prefills from the 6th; the cached tokens are reported.
+        s.add_group(2, &[], prompt(&[5, 6, 7, 8, 9, 11, 12]), true);
+        let (p, _) = s.plan();
+        assert_eq!(p.prefill, vec![PrefillChunk { seq: 2, slot: 0, start: 5, len: 2, last: true }]);
+        assert_eq!(s.cached_tokens(2), 5);
+        s.prefilled(&p.prefill[0]);
+        // The same prompt again (slot 0 busy, slot 1 empty): nothing cached. After 2 ends, the
+        // whole prompt is cached but its last token is prefilled again for its logits.
+        s.add_group(3, &[], prompt(&[5, 6, 7, 8, 9, 11, 12]), true);
+        let (p, _) = s.plan();
+        assert_eq!((p.prefill[0].slot, p.prefill[0].start), (1, 0));
+        s.prefilled(&p.prefill[0]);
+        s.finish(2);
+        s.finish(3);
+        s.add_group(4, &[], prompt(&[5, 6, 7, 8, 9, 11, 12]), true);
+        let (p, _) = s.plan();
+        assert_eq!((p.prefill[0].start, p.prefill[0].len, s.cached_tokens(4)), (6, 1, 6));
+        // A request that may not reuse (prompt logprobs need every row) prefills it all.
+        s.finish(4);
+        s.add_group(5, &[], prompt(&[5, 6, 7, 8, 9, 11, 12]), false);
+        let (p, _) = s.plan();
+        assert_eq!((p.prefill[0].start, s.cached_tokens(5)), (0, 0));
     }
 
     #[test]

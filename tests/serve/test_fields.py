@@ -148,6 +148,30 @@ def test_n_choices_share_one_prefill(server, hf):
     assert r.status_code == 400 and r.json()["error"]["param"] == "n"
 
 
+def test_a_cached_prefix_is_not_prefilled_again_and_the_text_is_unchanged(server, hf):
+    """Slot-level prefix caching: a freed slot keeps its keys and values; a prompt that extends
+    what it holds prefills only the rest (its last token always), and answers transformers' text."""
+    tok, model = hf
+    a = tok(" ".join(PROMPTS)).input_ids[:30]
+    b = a + tok(PROMPTS[7]).input_ids[1:]
+    first = post(server, {"prompt": a, "max_tokens": 4, "temperature": 0}).json()
+    new_a = greedy_with(model, a, 4, lambda x, _: x)
+    assert first["usage"]["prompt_tokens"] == 30
+    held = a + new_a[:-1]  # the last token was chosen, never fed back
+    shared = next((i for i, (x, y) in enumerate(zip(held, b)) if x != y), min(len(held), len(b)))
+    hits, prefilled = server.metric("eager_serve_prefix_cache_hits_total"), server.metric("eager_serve_prompt_tokens_total")
+    r = post(server, {"prompt": b, "max_tokens": 6, "temperature": 0}).json()
+    assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == shared >= 30
+    assert server.metric("eager_serve_prefix_cache_hits_total") - hits == shared
+    assert server.metric("eager_serve_prompt_tokens_total") - prefilled == len(b) - shared
+    assert r["choices"][0]["text"] == tok.decode(greedy_with(model, b, 6, lambda x, _: x), skip_special_tokens=True)
+    # The same prompt again: all but its last token cached; streamed usage says so too.
+    chunks = list(server.client.completions.create(model=NAME, prompt=b, max_tokens=6, temperature=0, stream=True,
+                                                   stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == len(b) - 1
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == r["choices"][0]["text"]
+
+
 def test_different_seeds_give_different_samples(server):
     kw = dict(model=NAME, prompt=PROMPTS[3], max_tokens=16, temperature=1.0)
     a = {server.client.completions.create(**kw, seed=s).choices[0].text for s in (1, 2, 3)}
