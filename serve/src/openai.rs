@@ -1,6 +1,6 @@
 //! OpenAI's API shapes: the bodies `POST /v1/completions` and `POST /v1/chat/completions`
 //! take, their checks (each failure an [`ApiError`] naming the parameter, as OpenAI's error
-//! JSON does), and the JSON of responses and stream chunks.
+//! JSON does); the JSON of responses is `response`'s.
 
 use std::collections::HashMap;
 
@@ -9,7 +9,6 @@ use eager_models::GenerationConfig;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::response::PromptUsage;
 use crate::sampling::SamplingParams;
 
 /// An error as OpenAI returns it: an HTTP status and `{"error": {message, type, param, code}}`.
@@ -502,13 +501,6 @@ pub fn sampling(
         prompt_logprobs: None,
         n,
     })
-}
-
-/// The `usage` object, with the prompt tokens found in the cache.
-pub fn usage(prompt: PromptUsage, completion_tokens: usize) -> Value {
-    json!({"prompt_tokens": prompt.tokens, "completion_tokens": completion_tokens,
-           "total_tokens": prompt.tokens + completion_tokens,
-           "prompt_tokens_details": {"cached_tokens": prompt.cached}})
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@ use eager_models::Tokenizer;
 use serde_json::{json, Map, Value};
 
 use crate::engine::{FinishReason, StopReason};
-use crate::openai;
 use crate::sampling::TokenLogprob;
 
 /// Which endpoint a response is for.
@@ -60,6 +59,13 @@ pub struct Reply {
     pub echo: Option<(String, Vec<u32>)>,
     /// Token texts come from it.
     pub tokenizer: Arc<Tokenizer>,
+}
+
+/// The `usage` object, with the prompt tokens found in the cache.
+pub fn usage_json(prompt: PromptUsage, completion_tokens: usize) -> Value {
+    json!({"prompt_tokens": prompt.tokens, "completion_tokens": completion_tokens,
+           "total_tokens": prompt.tokens + completion_tokens,
+           "prompt_tokens_details": {"cached_tokens": prompt.cached}})
 }
 
 fn stop_reason(s: &Option<StopReason>) -> Value {
@@ -195,7 +201,7 @@ impl Reply {
             .collect();
         let completion_tokens = choices.iter().map(|c| c.completion_tokens).sum();
         json!({"id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
-               "choices": out, "usage": openai::usage(usage, completion_tokens)})
+               "choices": out, "usage": usage_json(usage, completion_tokens)})
     }
 
     /// A stream chunk of choice `index`: `text` with the logprobs of its tokens (their text
@@ -251,6 +257,6 @@ impl Reply {
     /// The last chunk of a stream that asked for `usage`.
     pub fn usage_chunk(&self, usage: PromptUsage, completion_tokens: usize) -> Value {
         json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
-               "choices": [], "usage": openai::usage(usage, completion_tokens)})
+               "choices": [], "usage": usage_json(usage, completion_tokens)})
     }
 }

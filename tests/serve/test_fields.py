@@ -16,14 +16,8 @@ import pytest
 import torch
 import transformers
 
-from test_serve import FIXTURE, LONG, NAME, PROMPTS, Served, long_model  # noqa: F401 (a fixture)
-
-
-@pytest.fixture(scope="module")
-def server():
-    s = Served("--max-batch", "4", "--prefill-chunk", "16")
-    yield s
-    s.stop()
+# The fixtures `server` (max-batch 4, chunks of 16) and `long_model` are test_serve's.
+from test_serve import FIXTURE, LONG, NAME, PROMPTS, Served, long_model, server  # noqa: F401
 
 
 @pytest.fixture(scope="module")
