@@ -290,6 +290,8 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 struct Active {
     prompt: Arc<[u32]>,
     params: Arc<SamplingParams>,
+    /// The tokens that end it: the model's end tokens (unless `ignore_eos`) and `stop_token_ids`.
+    ends: Arc<[u32]>,
     /// The choice's index in its request (OpenAI's `n`).
     index: usize,
     sampler: Sampler,
@@ -512,6 +514,8 @@ impl<'a> Core<'a> {
                 let reuse = s.params.prompt_logprobs.is_none();
                 self.scheduler.add_group(ids[0], &ids[1..], prompt.clone(), reuse);
                 let params = Arc::new(s.params);
+                let eos = if params.ignore_eos { &[][..] } else { &self.eos[..] };
+                let ends: Arc<[u32]> = eos.iter().chain(&params.stop_token_ids).copied().collect();
                 let mut ticket = Some(s.ticket);
                 for (index, &id) in ids.iter().enumerate() {
                     let mut text = TextStream::new(params.stop.clone());
@@ -519,6 +523,7 @@ impl<'a> Core<'a> {
                     let active = Active {
                         prompt: prompt.clone(),
                         params: params.clone(),
+                        ends: ends.clone(),
                         index,
                         sampler: Sampler::new(seed, index),
                         generated: Vec::new(),
@@ -651,26 +656,28 @@ impl<'a> Core<'a> {
             self.slots[fork_slot + 1] =
                 self.slots[slot + 1].iter().map(Tensor::copy).collect::<eager::Result<_>>()?;
         }
-        if let Some(a) = self.active.get_mut(&id) {
-            if a.params.prompt_logprobs.is_some() {
-                let _ = a.events.send(Event::Prompt(std::mem::take(&mut a.prompt_logprobs)));
-            }
-            if a.params.max_tokens == 0 {
+        let Some(a) = self.active.get_mut(&id) else { return Ok(()) };
+        if a.params.prompt_logprobs.is_some() {
+            let _ = a.events.send(Event::Prompt(std::mem::take(&mut a.prompt_logprobs)));
+        }
+        let score_only = a.params.max_tokens == 0;
+        let cached_tokens = self.scheduler.cached_tokens(id);
+        for seq in std::iter::once(id).chain(forks.iter().map(|f| f.0)) {
+            if !score_only {
+                self.accept(seq, row)?;
+            } else if let Some(a) = self.active.get(&seq) {
+                // Every choice of a request that only scores its prompt ends here, none decodes.
                 let done = Event::Done {
-                    index: 0,
+                    index: a.index,
                     reason: FinishReason::Length,
                     stop_reason: None,
                     prompt_tokens: a.prompt.len(),
-                    cached_tokens: 0,
+                    cached_tokens,
                     completion_tokens: 0,
                 };
                 let _ = a.events.send(done);
-                self.end(id, Outcome::Completed);
-                return Ok(());
+                self.end(seq, Outcome::Completed);
             }
-        }
-        for seq in std::iter::once(id).chain(forks.iter().map(|f| f.0)) {
-            self.accept(seq, row)?;
         }
         Ok(())
     }
@@ -681,8 +688,7 @@ impl<'a> Core<'a> {
         let cap = self.info.max_model_len;
         let Some(a) = self.active.get_mut(&id) else { return Ok(()) };
         let p = a.params.clone();
-        let mut ends: Vec<u32> = if p.ignore_eos { Vec::new() } else { self.eos.clone() };
-        ends.extend(&p.stop_token_ids);
+        let ends = a.ends.clone();
         let token = a.sampler.choose(row, &p, &a.prompt, &a.generated, &ends);
         a.generated.push(token);
         if let Some(k) = p.logprobs {

@@ -102,6 +102,9 @@ def test_echo_scores_the_prompt_as_an_eval_harness_asks(server, hf):
     assert r["choices"][0]["text"] == tok.decode(ids, skip_special_tokens=True)
     assert r["usage"] == {"prompt_tokens": 40, "completion_tokens": 0, "total_tokens": 40,
                           "prompt_tokens_details": {"cached_tokens": 0}}
+    # Every choice of a scoring request ends with its prompt; none decodes.
+    two = post(server, {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1, "n": 2}).json()
+    assert [c["logprobs"]["token_logprobs"] for c in two["choices"]] == [lp["token_logprobs"]] * 2
     # Echo with generation: the prompt's text then the completion's; streamed, the first chunk is the prompt.
     whole = post(server, {"prompt": PROMPTS[1], "max_tokens": 4, "echo": True, "temperature": 0}).json()
     alone = post(server, {"prompt": PROMPTS[1], "max_tokens": 4, "temperature": 0}).json()
@@ -172,23 +175,35 @@ def test_different_seeds_give_different_samples(server):
     assert len(a) == 3, a
 
 
-@pytest.mark.parametrize("body,adjust", [
+# Each rule, and the rule a plausible slip would apply instead (the prompt's tokens counted where
+# they must not be, or left out where they must be counted).
+@pytest.mark.parametrize("body,rule,slip", [
     ({"repetition_penalty": 1.8},
-     lambda ids: lambda x, out: _repetition(x, ids + out, 1.8)),
+     lambda ids: lambda x, out: _repetition(x, ids + out, 1.8),
+     lambda ids: lambda x, out: _repetition(x, out, 1.8)),
     ({"frequency_penalty": 1.5, "presence_penalty": 0.5},
-     lambda ids: lambda x, out: _counts(x, out, 1.5, 0.5)),
+     lambda ids: lambda x, out: _counts(x, out, 1.5, 0.5),
+     lambda ids: lambda x, out: _counts(x, ids + out, 1.5, 0.5)),
     ({"logit_bias": {"7": 3.0, "40": -100}},
-     lambda ids: lambda x, out: _bias(x, {7: 3.0, 40: -100.0})),
+     lambda ids: lambda x, out: _bias(x, {7: 3.0, 40: -100.0}),
+     None),
 ], ids=["repetition", "frequency-presence", "logit-bias"])
-def test_penalties_and_bias_follow_vllms_rules(server, hf, body, adjust):
+def test_penalties_and_bias_follow_vllms_rules(server, hf, body, rule, slip):
+    """Two prompts: one whose 24 greedy tokens repeat themselves from the 13th on (where output
+    penalties bite), and the same followed by those first 12 tokens, so that greedy's next ones
+    are already in the prompt (where counting the prompt or not decides)."""
     tok, model = hf
-    ids = tok(PROMPTS[4]).input_ids
-    # 24 tokens: plain greedy repeats itself from the 13th on, where the penalties bite.
-    r = post(server, {"prompt": PROMPTS[4], "max_tokens": 24, "temperature": 0, "ignore_eos": True, **body}).json()
-    want = greedy_with(model, ids, 24, adjust(ids))
-    plain = greedy_with(model, ids, 24, lambda x, _: x)
-    assert want != plain, "the reference must differ from plain greedy for the check to mean something"
-    assert r["choices"][0]["text"] == tok.decode(want, skip_special_tokens=True)
+    start = tok(PROMPTS[4]).input_ids
+    prompts = [start, start + greedy_with(model, start, 12, lambda x, _: x)]
+    differs_from_plain = differs_from_slip = False
+    for ids in prompts:
+        r = post(server, {"prompt": ids, "max_tokens": 24, "temperature": 0, "ignore_eos": True, **body}).json()
+        want = greedy_with(model, ids, 24, rule(ids))
+        assert r["choices"][0]["text"] == tok.decode(want, skip_special_tokens=True)
+        differs_from_plain |= want != greedy_with(model, ids, 24, lambda x, _: x)
+        differs_from_slip |= slip is None or want != greedy_with(model, ids, 24, slip(ids))
+    # Each check must mean something: the references differ from plain greedy and from the slip.
+    assert differs_from_plain and differs_from_slip
 
 
 def _repetition(x, seen, p):
