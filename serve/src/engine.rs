@@ -18,11 +18,13 @@ use std::time::Instant;
 use eager::nn::StaticKvCache;
 use eager::{DType, Device, Tensor};
 use eager_models::{AutoModel, CausalLm, Tokenizer};
+use llguidance::Matcher;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::metrics::{Metrics, Outcome};
 use crate::sampling::{token_logprob, Sampler, SamplingParams, TokenLogprob};
 use crate::scheduler::{Admission, QueueFull, Scheduler, SeqId, Ticket};
+use crate::structured::allowed;
 use crate::text::TextStream;
 use crate::{Result, ServeError};
 
@@ -143,6 +145,8 @@ pub struct EngineInfo {
 struct Submission {
     prompt: Vec<u32>,
     params: SamplingParams,
+    /// The output's grammar, compiled (structured output).
+    matcher: Option<Matcher>,
     events: UnboundedSender<Event>,
     ticket: Ticket,
     arrived: Instant,
@@ -224,15 +228,17 @@ impl Engine {
         Ok(Engine { tx, admission, info, metrics, thread: Some(thread) })
     }
 
-    /// Queues `prompt`; refused at once when the queue is full.
+    /// Queues `prompt` (its output held to `matcher`'s grammar when given); refused at once
+    /// when the queue is full.
     pub fn submit(
         &self,
         prompt: Vec<u32>,
         params: SamplingParams,
+        matcher: Option<Matcher>,
     ) -> std::result::Result<Submitted, Refusal> {
         let ticket = self.admission.enter().map_err(Refusal::QueueFull)?;
         let (events, rx) = unbounded_channel();
-        let s = Submission { prompt, params, events, ticket, arrived: Instant::now() };
+        let s = Submission { prompt, params, matcher, events, ticket, arrived: Instant::now() };
         self.tx.send(Command::Submit(Box::new(s))).map_err(|_| Refusal::Stopped)?;
         Ok(Submitted { events: rx })
     }
@@ -295,6 +301,8 @@ struct Active {
     /// The choice's index in its request (OpenAI's `n`).
     index: usize,
     sampler: Sampler,
+    /// The grammar the output must follow: each step's allowed tokens.
+    matcher: Option<Matcher>,
     generated: Vec<u32>,
     text: TextStream,
     /// Logprobs of tokens whose text is not sent yet.
@@ -526,6 +534,8 @@ impl<'a> Core<'a> {
                         ends: ends.clone(),
                         index,
                         sampler: Sampler::new(seed, index),
+                        // Each choice follows the grammar on its own.
+                        matcher: s.matcher.as_ref().map(Matcher::deep_clone),
                         generated: Vec::new(),
                         text,
                         logprobs: Vec::new(),
@@ -689,7 +699,15 @@ impl<'a> Core<'a> {
         let Some(a) = self.active.get_mut(&id) else { return Ok(()) };
         let p = a.params.clone();
         let ends = a.ends.clone();
-        let token = a.sampler.choose(row, &p, &a.prompt, &a.generated, &ends);
+        let chosen = match &mut a.matcher {
+            None => Ok(a.sampler.choose(row, &p, &a.prompt, &a.generated, &ends)),
+            Some(m) => constrained(m, &mut a.sampler, row, &p, &a.prompt, &a.generated, &ends),
+        };
+        let token = match chosen {
+            Ok(t) => t,
+            Err(e) => return self.fail(id, format!("structured output: {e}")),
+        };
+        let grammar_done = a.matcher.as_ref().is_some_and(Matcher::is_stopped);
         a.generated.push(token);
         if let Some(k) = p.logprobs {
             a.logprobs.push(token_logprob(row, token, k));
@@ -712,6 +730,9 @@ impl<'a> Core<'a> {
         } else if delta.stopped {
             reason = Some(FinishReason::Stop);
             stop_reason = a.text.matched().map(|s| StopReason::String(s.to_string()));
+        } else if grammar_done {
+            // The grammar is complete and allows nothing more.
+            reason = Some(FinishReason::Stop);
         } else if a.generated.len() >= p.max_tokens || a.prompt.len() + a.generated.len() >= cap {
             reason = Some(FinishReason::Length);
         }
@@ -735,6 +756,15 @@ impl<'a> Core<'a> {
             let _ = a.events.send(done);
             self.end(id, Outcome::Completed);
         }
+        Ok(())
+    }
+
+    /// Ends sequence `id` with `message` as its failure.
+    fn fail(&mut self, id: SeqId, message: String) -> Result<()> {
+        if let Some(a) = self.active.get(&id) {
+            let _ = a.events.send(Event::Failed(message));
+        }
+        self.end(id, Outcome::Failed);
         Ok(())
     }
 
@@ -806,6 +836,28 @@ impl<'a> Core<'a> {
         self.slots[slot] = outs.collect();
         Ok(logits.to_dtype(DType::F32)?.to_vec::<f32>()?)
     }
+}
+
+/// The next token under the grammar of `m`: tokens it does not allow next cannot be chosen (the
+/// logprobs stay the model's); `m` takes the token chosen.
+fn constrained(
+    m: &mut Matcher,
+    sampler: &mut Sampler,
+    row: &[f32],
+    p: &SamplingParams,
+    prompt: &[u32],
+    generated: &[u32],
+    ends: &[u32],
+) -> std::result::Result<u32, String> {
+    let ok = allowed(m)?;
+    let masked: Vec<f32> =
+        row.iter().enumerate().map(|(i, &x)| if ok(i as u32) { x } else { f32::NEG_INFINITY }).collect();
+    if masked.iter().all(|x| *x == f32::NEG_INFINITY) {
+        return Err("the grammar allows no token here".into());
+    }
+    let t = sampler.choose(&masked, p, prompt, generated, ends);
+    m.consume_token(t).map_err(|e| e.to_string())?;
+    Ok(t)
 }
 
 /// The decode program: `[ids [B,1], positions [B,1], start [B], mask [B,1,1,S]]` then each

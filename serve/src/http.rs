@@ -27,6 +27,7 @@ use crate::metrics::Outcome;
 use crate::openai::{self, ApiError, ChatRequest, CompletionRequest, PromptInput, Served};
 use crate::response::{Choice, Kind, PromptUsage, Reply};
 use crate::sampling::{SamplingParams, TokenLogprob};
+use crate::structured::{Constraint, Grammars};
 
 /// What every handler reads.
 pub struct AppState {
@@ -40,6 +41,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Set once the server shuts down: new requests get 503.
     pub closing: AtomicBool,
+    /// Structured output's parser factory, or why this tokenizer has none.
+    pub grammars: Result<Grammars, String>,
 }
 
 /// The routes over `state`.
@@ -140,6 +143,14 @@ struct Job {
     echo: Option<String>,
     stream: bool,
     usage: bool,
+    /// What the output must match, and the field that asked for it.
+    constraint: Option<(Constraint, &'static str)>,
+}
+
+/// The field a constraint came from, for its errors.
+fn constraint_of(common: &openai::Common) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+    let field = if common.structured_outputs.is_some() { "structured_outputs" } else { "response_format" };
+    Ok(openai::constraint(common)?.map(|c| (c, field)))
 }
 
 async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
@@ -168,6 +179,7 @@ async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
             echo: req.echo.then_some(text),
             stream: req.common.stream,
             usage: req.common.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            constraint: constraint_of(&req.common)?,
         })
     };
     match run() {
@@ -203,6 +215,7 @@ async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Respon
             echo: None,
             stream: req.common.stream,
             usage: req.common.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            constraint: constraint_of(&req.common)?,
         })
     };
     match run() {
@@ -217,7 +230,7 @@ fn invalid(s: &AppState, e: ApiError) -> Response {
 }
 
 async fn generate(s: &Arc<AppState>, job: Job) -> Response {
-    let Job { ids, params, kind, echo, stream, usage } = job;
+    let Job { ids, params, kind, echo, stream, usage, constraint } = job;
     let limit = s.engine.info().max_model_len;
     if ids.is_empty() {
         return invalid(s, ApiError::invalid("prompt", "the prompt has no tokens"));
@@ -249,10 +262,30 @@ async fn generate(s: &Arc<AppState>, job: Job) -> Response {
     if s.closing.load(Ordering::Acquire) {
         return invalid(s, overloaded("the server is shutting down".into()));
     }
+    // A grammar is compiled once per request, here and not on the engine thread.
+    let matcher = match constraint {
+        None => None,
+        Some((c, field)) => {
+            let grammars = match &s.grammars {
+                Ok(g) => g.clone(),
+                Err(why) => return invalid(s, ApiError::invalid(field, why.clone())),
+            };
+            match tokio::task::spawn_blocking(move || grammars.matcher(&c)).await {
+                Ok(Ok(m)) => Some(m),
+                Ok(Err(e)) => {
+                    return invalid(
+                        s,
+                        ApiError::invalid(field, format!("the constraint does not compile: {e}")),
+                    )
+                }
+                Err(e) => return engine_failed(format!("compiling the constraint failed: {e}")),
+            }
+        }
+    };
     let n = params.n;
     let logprobs = params.logprobs.is_some();
     let prompt_ids = ids.clone();
-    let submitted = match s.engine.submit(ids, params) {
+    let submitted = match s.engine.submit(ids, params, matcher) {
         Ok(sub) => sub,
         // A full queue or a stopped engine: the client may retry.
         Err(refusal) => return invalid(s, overloaded(refusal.to_string())),

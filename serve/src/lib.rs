@@ -7,7 +7,7 @@
 //! - [`scheduler`]: host code only: waiting and running sequences, key/value slots, chunked
 //!   prefill, the queue's bound;
 //! - [`engine`]: one thread that owns the model and the cache, runs the scheduler's plans as
-//!   compiled prefill and decode programs, chooses each token ([`sampling`]) and sends each
+//!   compiled prefill and decode programs, chooses each token ([`sampling`], within a grammar: [`structured`]) and sends each
 //!   request its text ([`text`]);
 //! - [`http`] (with [`openai`]'s request shapes and [`response`]'s JSON): the thin front end on tokio and
 //!   axum; [`metrics`]: what `GET /metrics` shows;
@@ -34,6 +34,7 @@ pub mod response;
 pub mod sampling;
 pub mod scheduler;
 pub mod server;
+pub mod structured;
 pub mod text;
 
 pub use engine::{Engine, EngineOptions};

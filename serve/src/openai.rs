@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::sampling::SamplingParams;
+use crate::structured::Constraint;
 
 /// An error as OpenAI returns it: an HTTP status and `{"error": {message, type, param, code}}`.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +121,10 @@ pub struct Common {
     pub min_tokens: Option<i64>,
     /// An end user's id (OpenAI's `user`): logged nowhere, it changes nothing in the answer.
     pub user: Option<String>,
+    /// OpenAI's output format: `text`, `json_object`, or `json_schema` with its `schema`.
+    pub response_format: Option<Value>,
+    /// vLLM's structured outputs: one of `json` (a schema), `regex`, `choice`, `grammar` (Lark).
+    pub structured_outputs: Option<Value>,
     /// Every other field: refused with a 400 naming it (null values aside), never ignored.
     #[serde(flatten)]
     pub unknown: serde_json::Map<String, Value>,
@@ -165,8 +170,6 @@ pub struct ChatRequest {
     pub logprobs: bool,
     /// And this many most likely alternatives (0 to 20; needs `logprobs`).
     pub top_logprobs: Option<i64>,
-    /// `{"type": "text"}` only (structured output is refused until it is built).
-    pub response_format: Option<Value>,
     /// Tool definitions: refused until tool calls are built.
     pub tools: Option<Value>,
     /// `"none"` only (no tool is called).
@@ -235,16 +238,8 @@ impl ChatMessage {
 }
 
 impl ChatRequest {
-    /// Refuses what the chat endpoint cannot honour yet: structured output and tools.
+    /// Refuses what the chat endpoint cannot honour yet: tools.
     pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if let Some(f) = &self.response_format {
-            if f.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(ApiError::invalid(
-                    "response_format",
-                    format!("response_format {f} is not supported by this server yet (only {{\"type\": \"text\"}})"),
-                ));
-            }
-        }
         if self.tools.as_ref().is_some_and(|t| !t.is_null()) {
             return Err(ApiError::invalid("tools", "tool calling is not supported by this server yet"));
         }
@@ -276,6 +271,80 @@ impl CompletionRequest {
             return Err(ApiError::invalid("suffix", "suffix (insertion) is not supported by this server"));
         }
         self.logprobs.map(|k| count("logprobs", k, MAX_LOGPROBS)).transpose()
+    }
+}
+
+/// The constraint on the output that `response_format` or vLLM's `structured_outputs` asks for
+/// (not both), checked for its shape; `None` for free text.
+pub fn constraint(common: &Common) -> Result<Option<Constraint>, ApiError> {
+    let from_format = match &common.response_format {
+        None => None,
+        Some(f) => {
+            let bad = |m: String| ApiError::invalid("response_format", m);
+            match f.get("type").and_then(Value::as_str) {
+                Some("text") => None,
+                Some("json_object") => Some(Constraint::JsonSchema(json!({"type": "object"}))),
+                Some("json_schema") => match f.get("json_schema").and_then(|j| j.get("schema")) {
+                    Some(schema) if schema.is_object() || schema.is_boolean() => {
+                        Some(Constraint::JsonSchema(schema.clone()))
+                    }
+                    _ => {
+                        return Err(bad(
+                            "response_format json_schema needs json_schema.schema, a JSON schema".into(),
+                        ))
+                    }
+                },
+                _ => {
+                    return Err(bad(format!(
+                        "response_format's type must be text, json_object or json_schema, got {f}"
+                    )))
+                }
+            }
+        }
+    };
+    let from_vllm = match &common.structured_outputs {
+        None => None,
+        Some(Value::Object(o)) => {
+            let set: Vec<(&String, &Value)> = o.iter().filter(|(_, v)| !v.is_null()).collect();
+            let bad = |m: String| ApiError::invalid("structured_outputs", m);
+            match set.as_slice() {
+                [(k, v)] => Some(match (k.as_str(), v) {
+                    ("json", Value::String(s)) => Constraint::JsonSchema(
+                        serde_json::from_str(s).map_err(|e| bad(format!("structured_outputs.json: {e}")))?,
+                    ),
+                    ("json", v) if v.is_object() || v.is_boolean() => Constraint::JsonSchema((*v).clone()),
+                    ("json_object", Value::Bool(true)) => Constraint::JsonSchema(json!({"type": "object"})),
+                    ("regex", Value::String(r)) => Constraint::Regex(r.clone()),
+                    ("grammar", Value::String(g)) => Constraint::Grammar(g.clone()),
+                    ("choice", Value::Array(c)) if !c.is_empty() => Constraint::Choice(
+                        c.iter()
+                            .map(|x| x.as_str().map(String::from))
+                            .collect::<Option<Vec<_>>>()
+                            .ok_or_else(|| bad("structured_outputs.choice must be a list of strings".into()))?,
+                    ),
+                    (k, _) => {
+                        return Err(bad(format!(
+                            "structured_outputs.{k} is not supported: one of json, json_object, regex, choice, grammar"
+                        )))
+                    }
+                }),
+                _ => {
+                    return Err(bad(
+                        "structured_outputs takes exactly one of json, json_object, regex, choice, grammar".into(),
+                    ))
+                }
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::invalid("structured_outputs", format!("must be an object, got {other}")))
+        }
+    };
+    match (from_format, from_vllm) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "structured_outputs",
+            "give response_format or structured_outputs, not both",
+        )),
+        (a, b) => Ok(a.or(b)),
     }
 }
 
@@ -622,15 +691,6 @@ mod tests {
             chat(b)
         };
         assert_eq!(
-            with("response_format", json!({"type": "json_object"}))
-                .check_unsupported()
-                .unwrap_err()
-                .param
-                .as_deref(),
-            Some("response_format")
-        );
-        assert!(with("response_format", json!({"type": "text"})).check_unsupported().is_ok());
-        assert_eq!(
             with("tools", json!([{"type": "function"}])).check_unsupported().unwrap_err().param.as_deref(),
             Some("tools")
         );
@@ -651,6 +711,49 @@ mod tests {
         // The chat request's own fields are not taken for unknown ones.
         let c = chat(json!({"messages": [], "logprobs": true, "model": "m"}));
         assert!(c.common.unknown.is_empty(), "{:?}", c.common.unknown);
+    }
+
+    #[test]
+    fn structured_output_is_read_from_either_field_and_checked() {
+        let c = |v: Value| constraint(&common(v));
+        assert_eq!(c(json!({})).expect("none"), None);
+        assert_eq!(c(json!({"response_format": {"type": "text"}})).expect("text"), None);
+        assert_eq!(
+            c(json!({"response_format": {"type": "json_object"}})).expect("object"),
+            Some(Constraint::JsonSchema(json!({"type": "object"})))
+        );
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        assert_eq!(
+            c(json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}))
+                .expect("schema"),
+            Some(Constraint::JsonSchema(schema.clone()))
+        );
+        assert_eq!(
+            c(json!({"structured_outputs": {"json": schema.to_string()}})).expect("a schema as a string"),
+            Some(Constraint::JsonSchema(schema))
+        );
+        assert_eq!(
+            c(json!({"structured_outputs": {"choice": ["yes", "no"]}})).expect("choice"),
+            Some(Constraint::Choice(vec!["yes".into(), "no".into()]))
+        );
+        assert_eq!(
+            c(json!({"structured_outputs": {"regex": "a+"}})).expect("regex"),
+            Some(Constraint::Regex("a+".into()))
+        );
+        for (v, param) in [
+            (json!({"response_format": {"type": "xml"}}), "response_format"),
+            (json!({"response_format": {"type": "json_schema"}}), "response_format"),
+            (json!({"structured_outputs": {"regex": "a", "choice": ["b"]}}), "structured_outputs"),
+            (json!({"structured_outputs": {"choice": [1]}}), "structured_outputs"),
+            (json!({"structured_outputs": {"xml": "x"}}), "structured_outputs"),
+            (
+                json!({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}}),
+                "structured_outputs",
+            ),
+        ] {
+            let e = c(v.clone()).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref()), (400, Some(param)), "{v}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::engine::{Engine, EngineInfo, EngineOptions};
 use crate::http::{router, AppState};
 use crate::metrics::{Metrics, Snapshot};
 use crate::openai::Served;
+use crate::structured::Grammars;
 use crate::{Result, ServeError};
 
 /// Where and how a [`Server`] serves.
@@ -73,10 +74,20 @@ impl Server {
             max_n: engine.info().slots,
             defaults: opts.defaults.clone(),
         };
+        // Structured output's token trie, built once from the tokenizer (a tokenizer it cannot
+        // read leaves constrained requests a 400 that says why).
+        let eos: Vec<u32> =
+            tokenizer.eos_token_id().into_iter().chain(opts.engine.eos_token_ids.iter().copied()).collect();
+        let grammars = tokenizer
+            .inner
+            .to_string(false)
+            .map_err(|e| format!("structured output: the tokenizer: {e}"))
+            .and_then(|json| Grammars::new(json.as_bytes(), engine.info().vocab_size, &eos));
         let state = Arc::new(AppState {
             engine,
             tokenizer,
             served,
+            grammars,
             api_key: opts.api_key.clone(),
             closing: Default::default(),
         });
