@@ -169,6 +169,20 @@ impl Tokenizer {
     /// The chat template rendered for `messages` (transformers' `apply_chat_template(...,
     /// tokenize=False)`), with `bos_token`, `eos_token` and `add_generation_prompt` defined.
     pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let messages = serde_json::to_value(messages).map_err(|e| ModelError::Template(e.to_string()))?;
+        self.render_chat(&messages, None, add_generation_prompt)
+    }
+
+    /// The chat template rendered for `messages` as JSON (OpenAI's messages: an assistant's
+    /// `tool_calls`, a tool's `tool_call_id`, …) and the `tools` the model may call, as
+    /// transformers' `apply_chat_template(messages, tools=tools, tokenize=False)` renders them;
+    /// `tojson` writes JSON as Python's `json.dumps` (`", "` and `": "`, keys in their order).
+    pub fn render_chat(
+        &self,
+        messages: &Value,
+        tools: Option<&Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let template = self
             .chat_template
             .as_deref()
@@ -179,14 +193,77 @@ impl Tokenizer {
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
+        env.add_filter("tojson", python_tojson);
         env.add_template("chat", template).map_err(|e| ModelError::Template(e.to_string()))?;
         let ctx = minijinja::context! {
-            messages => messages,
+            messages => minijinja::Value::from_serialize(messages),
+            tools => tools.map(minijinja::Value::from_serialize),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.clone().unwrap_or_default(),
             eos_token => self.eos_token.clone().unwrap_or_default(),
         };
         let tmpl = env.get_template("chat").map_err(|e| ModelError::Template(e.to_string()))?;
         tmpl.render(ctx).map_err(|e| ModelError::Template(e.to_string()))
+    }
+}
+
+/// Jinja's `tojson` as transformers defines it for chat templates: `json.dumps(x,
+/// ensure_ascii=False, indent=indent)` — `", "` between items and `": "` after keys, or lines
+/// of `indent` spaces — never HTML-escaped.
+fn python_tojson(
+    value: minijinja::Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(
+                &mut out,
+                serde_json::ser::PrettyFormatter::with_indent(&pad),
+            );
+            serde::Serialize::serialize(&value, &mut ser)
+        }
+        None => {
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonCompact);
+            serde::Serialize::serialize(&value, &mut ser)
+        }
+    };
+    written.map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))?;
+    Ok(minijinja::Value::from_safe_string(String::from_utf8(out).unwrap_or_default()))
+}
+
+/// serde_json's compact output with Python's default separators.
+struct PythonCompact;
+
+impl serde_json::ser::Formatter for PythonCompact {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
     }
 }

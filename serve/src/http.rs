@@ -28,6 +28,7 @@ use crate::openai::{self, ApiError, ChatRequest, CompletionRequest, PromptInput,
 use crate::response::{Choice, Kind, PromptUsage, Reply};
 use crate::sampling::{SamplingParams, TokenLogprob};
 use crate::structured::{Constraint, Grammars};
+use crate::tools::{self, ToolMode};
 
 /// What every handler reads.
 pub struct AppState {
@@ -145,6 +146,8 @@ struct Job {
     usage: bool,
     /// What the output must match, and the field that asked for it.
     constraint: Option<(Constraint, &'static str)>,
+    /// The reply is a tool call of this kind.
+    tool: Option<ToolMode>,
 }
 
 /// The field a constraint came from, for its errors.
@@ -180,6 +183,7 @@ async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Response {
             stream: req.common.stream,
             usage: req.common.stream_options.as_ref().is_some_and(|o| o.include_usage),
             constraint: constraint_of(&req.common)?,
+            tool: None,
         })
     };
     match run() {
@@ -194,13 +198,14 @@ async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Respon
         if req.messages.is_empty() {
             return Err(ApiError::invalid("messages", "messages must not be empty"));
         }
-        req.check_unsupported()?;
+        let tool = tools::tool_choice(req.tools.as_ref(), req.tool_choice.as_ref())?;
         let logprobs = req.logprobs()?;
         let messages =
             req.messages.iter().enumerate().map(|(i, m)| m.to_template(i)).collect::<Result<Vec<_>, _>>()?;
+        let declared = req.tools.as_ref().filter(|t| !t.is_null());
         let text = s
             .tokenizer
-            .apply_chat_template(&messages, true)
+            .render_chat(&Value::Array(messages), declared, true)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
         // The template writes the special tokens itself, as apply_chat_template(tokenize=True).
         let ids =
@@ -215,7 +220,17 @@ async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Respon
             echo: None,
             stream: req.common.stream,
             usage: req.common.stream_options.as_ref().is_some_and(|o| o.include_usage),
-            constraint: constraint_of(&req.common)?,
+            constraint: match (constraint_of(&req.common)?, &tool) {
+                (Some(_), Some(_)) => {
+                    return Err(ApiError::invalid(
+                        "tool_choice",
+                        "a forced tool call and response_format together",
+                    ))
+                }
+                (c, None) => c,
+                (None, Some((_, c))) => Some((c.clone(), "tools")),
+            },
+            tool: tool.map(|t| t.0),
         })
     };
     match run() {
@@ -230,7 +245,7 @@ fn invalid(s: &AppState, e: ApiError) -> Response {
 }
 
 async fn generate(s: &Arc<AppState>, job: Job) -> Response {
-    let Job { ids, params, kind, echo, stream, usage, constraint } = job;
+    let Job { ids, params, kind, echo, stream, usage, constraint, tool } = job;
     let limit = s.engine.info().max_model_len;
     if ids.is_empty() {
         return invalid(s, ApiError::invalid("prompt", "the prompt has no tokens"));
@@ -299,6 +314,7 @@ async fn generate(s: &Arc<AppState>, job: Job) -> Response {
         logprobs,
         echo: echo.map(|t| (t, prompt_ids)),
         tokenizer: s.tokenizer.clone(),
+        tool,
     };
     if stream {
         stream_events(reply, submitted.events, n, usage).into_response()
@@ -361,6 +377,8 @@ struct StreamState {
     usage: PromptUsage,
     /// Whether each echoing choice has sent its prompt.
     echoed: bool,
+    /// A forced tool call's text and logprobs per choice, held until the choice ends.
+    held: Vec<(String, Vec<TokenLogprob>)>,
 }
 
 /// The events as server-sent events: the chat role (or the echoed prompt) per choice, chunks,
@@ -388,6 +406,7 @@ fn stream_events(
         completion_tokens: 0,
         usage: PromptUsage::default(),
         echoed: reply.echo.is_none(),
+        held: vec![Default::default(); n],
     };
     if !st.echoed && !echo_waits_for_logprobs {
         for i in 0..n {
@@ -408,6 +427,10 @@ fn stream_events(
                     }
                     st.echoed = true;
                 }
+                Some(Event::Text { index, text, logprobs }) if reply.tool.is_some() => {
+                    st.held[index].0.push_str(&text);
+                    st.held[index].1.extend(logprobs);
+                }
                 Some(Event::Text { index, text, logprobs }) => {
                     let c = reply.chunk(index, Some(&text), false, &logprobs, &mut st.offsets[index], None);
                     st.queue.push_back(data(c));
@@ -421,8 +444,13 @@ fn stream_events(
                     completion_tokens,
                 }) => {
                     let finish = (reason, stop_reason);
-                    let c = reply.chunk(index, None, false, &[], &mut st.offsets[index], Some(&finish));
-                    st.queue.push_back(data(c));
+                    if reply.tool.is_some() {
+                        let (text, lps) = std::mem::take(&mut st.held[index]);
+                        st.queue.extend(reply.tool_chunks(index, &text, &lps, &finish).into_iter().map(data));
+                    } else {
+                        let c = reply.chunk(index, None, false, &[], &mut st.offsets[index], Some(&finish));
+                        st.queue.push_back(data(c));
+                    }
                     st.completion_tokens += completion_tokens;
                     st.usage.tokens = prompt_tokens;
                     st.usage.cached = st.usage.cached.max(cached_tokens);

@@ -36,6 +36,7 @@ pub mod scheduler;
 pub mod server;
 pub mod structured;
 pub mod text;
+pub mod tools;
 
 pub use engine::{Engine, EngineOptions};
 pub use sampling::SamplingParams;

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use eager_models::tokenizer::Message;
 use eager_models::GenerationConfig;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -152,9 +151,14 @@ pub struct CompletionRequest {
 pub struct ChatMessage {
     /// `system`, `developer` (rendered as `system`), `user` or `assistant`.
     pub role: String,
-    /// Its text: a string, or a list of `{"type": "text", "text": …}` parts.
+    /// Its text: a string, or a list of `{"type": "text", "text": …}` parts (null for an
+    /// assistant's message that only calls tools).
     #[serde(default)]
     pub content: Value,
+    /// An assistant's calls of tools (`[{id, type: "function", function: {name, arguments}}]`).
+    pub tool_calls: Option<Value>,
+    /// A tool message's answer is to this call.
+    pub tool_call_id: Option<String>,
     /// Every other field (`name`, `tool_calls`, …): refused, never ignored.
     #[serde(flatten)]
     pub unknown: serde_json::Map<String, Value>,
@@ -170,10 +174,12 @@ pub struct ChatRequest {
     pub logprobs: bool,
     /// And this many most likely alternatives (0 to 20; needs `logprobs`).
     pub top_logprobs: Option<i64>,
-    /// Tool definitions: refused until tool calls are built.
+    /// The functions the model may call (rendered by the chat template).
     pub tools: Option<Value>,
-    /// `"none"` only (no tool is called).
+    /// `"none"`, `"required"` or a named function (`"auto"` is refused, see `tools`).
     pub tool_choice: Option<Value>,
+    /// Whether several calls may come in one reply: one call is made either way.
+    pub parallel_tool_calls: Option<bool>,
     /// Everything else.
     #[serde(flatten)]
     pub common: Common,
@@ -181,79 +187,102 @@ pub struct ChatRequest {
 
 impl ChatMessage {
     /// The message as the chat template receives it: its role checked (`developer` becomes
-    /// `system`, as OpenAI's older models read it) and its text (text parts joined).
-    pub fn to_template(&self, i: usize) -> Result<Message, ApiError> {
+    /// `system`, as OpenAI's older models read it), its text (text parts joined), an
+    /// assistant's tool calls (their arguments as objects, as templates read them) and a tool
+    /// message's call id.
+    pub fn to_template(&self, i: usize) -> Result<Value, ApiError> {
         let param = format!("messages[{i}]");
+        let field = |f: &str| format!("{param}.{f}");
         if let Some(k) = first_set(&self.unknown) {
             return Err(ApiError::invalid(
-                &format!("{param}.{k}"),
+                &field(k),
                 format!("`{k}` in a message is not supported by this server"),
             ));
         }
         let role = match self.role.as_str() {
-            "system" | "user" | "assistant" => self.role.clone(),
-            "developer" => "system".to_string(),
-            "tool" | "function" => {
-                return Err(ApiError::invalid(
-                    &format!("{param}.role"),
-                    format!(
-                        "role `{}` needs tool calling, which this server does not support yet",
-                        self.role
-                    ),
-                ))
-            }
+            "system" | "user" | "assistant" | "tool" => self.role.as_str(),
+            "developer" => "system",
             other => {
                 return Err(ApiError::invalid(
-                    &format!("{param}.role"),
-                    format!("unknown role `{other}`: one of system, developer, user, assistant"),
+                    &field("role"),
+                    format!("unknown role `{other}`: one of system, developer, user, assistant, tool"),
                 ))
             }
         };
+        let calls = self.tool_calls.as_ref().filter(|c| !c.is_null());
+        if calls.is_some() && role != "assistant" {
+            return Err(ApiError::invalid(&field("tool_calls"), "only an assistant's message calls tools"));
+        }
         let content = match &self.content {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .map(|p| {
-                    match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
-                        (Some("text"), Some(t)) => Ok(t.to_string()),
-                        _ => Err(ApiError::invalid(&param, "only text content parts are supported")),
-                    }
-                })
-                .collect::<Result<String, ApiError>>()?,
+            Value::String(s) => Value::String(s.clone()),
+            Value::Array(parts) => Value::String(
+                parts
+                    .iter()
+                    .map(|p| {
+                        match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                            (Some("text"), Some(t)) => Ok(t.to_string()),
+                            _ => Err(ApiError::invalid(&param, "only text content parts are supported")),
+                        }
+                    })
+                    .collect::<Result<String, ApiError>>()?,
+            ),
+            Value::Null if calls.is_some() => Value::Null,
             Value::Null => {
                 return Err(ApiError::invalid(
-                    &format!("{param}.content"),
+                    &field("content"),
                     format!("a {} message needs content (a string or text parts), got null", self.role),
                 ))
             }
             _ => {
                 return Err(ApiError::invalid(
-                    &format!("{param}.content"),
+                    &field("content"),
                     "a message's content must be a string or a list of text parts",
                 ))
             }
         };
-        Ok(Message { role, content })
+        let mut m = json!({"role": role, "content": content});
+        if let Some(calls) = calls {
+            m["tool_calls"] =
+                template_calls(calls).map_err(|e| ApiError::invalid(&field("tool_calls"), e))?;
+        }
+        match (role, &self.tool_call_id) {
+            ("tool", Some(id)) => m["tool_call_id"] = json!(id),
+            ("tool", None) => {
+                return Err(ApiError::invalid(&field("tool_call_id"), "a tool message needs tool_call_id"))
+            }
+            (_, Some(_)) => {
+                return Err(ApiError::invalid(&field("tool_call_id"), "only a tool message answers a call"))
+            }
+            _ => {}
+        }
+        Ok(m)
     }
 }
 
-impl ChatRequest {
-    /// Refuses what the chat endpoint cannot honour yet: tools.
-    pub fn check_unsupported(&self) -> Result<(), ApiError> {
-        if self.tools.as_ref().is_some_and(|t| !t.is_null()) {
-            return Err(ApiError::invalid("tools", "tool calling is not supported by this server yet"));
-        }
-        if let Some(c) = &self.tool_choice {
-            if c.as_str() != Some("none") {
-                return Err(ApiError::invalid(
-                    "tool_choice",
-                    format!("tool_choice {c} needs tools, which this server does not support yet"),
-                ));
-            }
-        }
-        Ok(())
-    }
+/// An assistant's `tool_calls` as templates read them: each function's `arguments` (a JSON
+/// string on the wire) parsed into an object, as vLLM and transformers pass them.
+fn template_calls(calls: &Value) -> Result<Value, String> {
+    let list = calls.as_array().ok_or("tool_calls must be a list")?;
+    list.iter()
+        .map(|c| {
+            let f = c.get("function").ok_or("a tool call needs its function")?;
+            let name =
+                f.get("name").and_then(Value::as_str).ok_or("a tool call's function needs its name")?;
+            let arguments = match f.get("arguments") {
+                Some(Value::String(s)) => serde_json::from_str(s)
+                    .map_err(|e| format!("the arguments of `{name}` are not JSON: {e}"))?,
+                Some(v) => v.clone(),
+                None => json!({}),
+            };
+            let mut out = c.clone();
+            out["function"]["arguments"] = arguments;
+            Ok(out)
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map(Value::Array)
+}
 
+impl ChatRequest {
     /// The number of alternatives per token, if logprobs are asked for.
     pub fn logprobs(&self) -> Result<Option<usize>, ApiError> {
         match (self.logprobs, self.top_logprobs) {
@@ -671,12 +700,28 @@ mod tests {
             json!({"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
         );
         let t = m.to_template(0).expect("valid");
-        assert_eq!((t.role.as_str(), t.content.as_str()), ("system", "ab"));
+        assert_eq!(t, json!({"role": "system", "content": "ab"}));
+        // An assistant's call (content null) and the tool's answer, as templates read them.
+        let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "now", "arguments": "{\"tz\": \"UTC\"}"}}]});
+        let t = msg(call).to_template(1).expect("a call");
+        assert_eq!(t["tool_calls"][0]["function"]["arguments"], json!({"tz": "UTC"}));
+        assert_eq!(t["content"], Value::Null);
+        let t = msg(json!({"role": "tool", "content": "12:00", "tool_call_id": "c1"}))
+            .to_template(2)
+            .expect("an answer");
+        assert_eq!(t, json!({"role": "tool", "content": "12:00", "tool_call_id": "c1"}));
         for (v, param) in [
             (json!({"role": "wizard", "content": "x"}), "messages[0].role"),
             (json!({"role": "user", "content": null}), "messages[0].content"),
             (json!({"role": "user"}), "messages[0].content"),
-            (json!({"role": "tool", "content": "x", "tool_call_id": "1"}), "messages[0].tool_call_id"),
+            (json!({"role": "tool", "content": "x"}), "messages[0].tool_call_id"),
+            (json!({"role": "user", "content": "x", "tool_call_id": "1"}), "messages[0].tool_call_id"),
+            (json!({"role": "user", "content": "x", "tool_calls": []}), "messages[0].tool_calls"),
+            (
+                json!({"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}),
+                "messages[0].tool_calls",
+            ),
             (json!({"role": "user", "content": "x", "name": "bob"}), "messages[0].name"),
             (json!({"role": "user", "content": 3}), "messages[0].content"),
         ] {
@@ -690,14 +735,6 @@ mod tests {
             b[k] = v;
             chat(b)
         };
-        assert_eq!(
-            with("tools", json!([{"type": "function"}])).check_unsupported().unwrap_err().param.as_deref(),
-            Some("tools")
-        );
-        assert_eq!(
-            with("tool_choice", json!("auto")).check_unsupported().unwrap_err().param.as_deref(),
-            Some("tool_choice")
-        );
         assert_eq!(
             with("top_logprobs", json!(2)).logprobs().unwrap_err().param.as_deref(),
             Some("top_logprobs")

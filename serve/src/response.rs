@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 
 use crate::engine::{FinishReason, StopReason};
 use crate::sampling::TokenLogprob;
+use crate::tools::{self, ToolMode};
 
 /// Which endpoint a response is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,8 @@ pub struct Reply {
     pub echo: Option<(String, Vec<u32>)>,
     /// Token texts come from it.
     pub tokenizer: Arc<Tokenizer>,
+    /// The reply is a forced tool call of this kind (chat).
+    pub tool: Option<ToolMode>,
 }
 
 /// The `usage` object, with the prompt tokens found in the cache.
@@ -166,6 +169,21 @@ impl Reply {
         (text.clone(), lps)
     }
 
+    /// The tool calls of choice `index` whose text is `text`, once it stopped on its own; `None`
+    /// for a reply that is no forced call or did not finish one.
+    pub fn calls(
+        &self,
+        index: usize,
+        text: &str,
+        finish: &Option<(FinishReason, Option<StopReason>)>,
+    ) -> Option<Value> {
+        let mode = self.tool.as_ref()?;
+        if !matches!(finish, Some((FinishReason::Stop, _))) {
+            return None;
+        }
+        tools::tool_calls(mode, text, &format!("call-{}-{index}", self.id))
+    }
+
     /// The whole response of `choices`, with the prompt's logprobs when echoed.
     pub fn whole(
         &self,
@@ -193,9 +211,19 @@ impl Reply {
                         json!({"index": index, "text": echo + &c.text, "logprobs": logprobs,
                                "finish_reason": reason.as_str(), "stop_reason": stop_reason(&stop)})
                     }
-                    Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": c.text},
-                        "logprobs": self.logprobs_of(&c.logprobs, &mut offset),
-                        "finish_reason": reason.as_str(), "stop_reason": stop_reason(&stop)}),
+                    Kind::Chat => {
+                        let logprobs = self.logprobs_of(&c.logprobs, &mut offset);
+                        match self.calls(index, &c.text, &c.finish) {
+                            Some(calls) => json!({"index": index, "logprobs": logprobs,
+                                "message": {"role": "assistant", "content": null, "tool_calls": calls},
+                                "finish_reason": "tool_calls", "stop_reason": null}),
+                            None => {
+                                json!({"index": index, "message": {"role": "assistant", "content": c.text},
+                                "logprobs": logprobs, "finish_reason": reason.as_str(),
+                                "stop_reason": stop_reason(&stop)})
+                            }
+                        }
+                    }
                 }
             })
             .collect();
@@ -238,6 +266,41 @@ impl Reply {
         };
         json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
                "choices": [choice]})
+    }
+
+    /// The chunks that end a forced tool call's choice `index` (its text held until now): the
+    /// call and `finish_reason: "tool_calls"`, or the text and its finish when it made no call.
+    pub fn tool_chunks(
+        &self,
+        index: usize,
+        text: &str,
+        lps: &[TokenLogprob],
+        finish: &(FinishReason, Option<StopReason>),
+    ) -> Vec<Value> {
+        match self.calls(index, text, &Some(finish.clone())) {
+            Some(calls) => {
+                let mut call = self.chunk(index, None, false, lps, &mut 0, None);
+                let with_index: Vec<Value> = calls
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let mut c = c.clone();
+                        c["index"] = json!(i);
+                        c
+                    })
+                    .collect();
+                call["choices"][0]["delta"] = json!({"tool_calls": with_index});
+                let mut end = self.chunk(index, None, false, &[], &mut 0, None);
+                end["choices"][0]["finish_reason"] = json!("tool_calls");
+                vec![call, end]
+            }
+            None => vec![
+                self.chunk(index, Some(text), false, lps, &mut 0, None),
+                self.chunk(index, None, false, &[], &mut 0, Some(finish)),
+            ],
+        }
     }
 
     /// The first chunk of an echoing completion's choice: the prompt, with its logprobs when

@@ -274,7 +274,10 @@ def test_generation_config_end_tokens_and_the_model_named_by_its_path(hf, tmp_pa
     ("/v1/completions", {"prompt": "hi", "logprobs": 21}, "logprobs"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}}, "response_format"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
-                              "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+                              "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tool_choice"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "retrieval"}],
+                              "tool_choice": "required"}, "tools[0]"),
+    ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "hi"}]}, "messages[0].tool_call_id"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
@@ -385,3 +388,76 @@ def test_vllms_structured_outputs_regex_choice_and_grammar(server):
     bad = post(server, {"prompt": "x", "response_format": {"type": "json_schema",
                                                            "json_schema": {"schema": {"type": "no-such-type"}}}})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "response_format", bad.text
+
+
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+           "properties": {"city": {"enum": ["Oslo", "Paris"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}}}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The forecast", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {},
+                                                                          "additionalProperties": False}}}]
+# A template that renders tools, an assistant's calls and a tool's answer, as Qwen's and Llama 3's do.
+TOOL_TEMPLATE = ("{%- if tools %}<|system|>Tools:{% for t in tools %} {{ t | tojson }}{% endfor %}</s>{% endif %}"
+                 "{% for m in messages %}<|{{ m['role'] }}|>{% if m['content'] %}{{ m['content'] }}{% endif %}"
+                 "{% for c in m['tool_calls'] or [] %}<call>{{ c['function'] | tojson }}</call>{% endfor %}"
+                 "{% if m['tool_call_id'] %}[{{ m['tool_call_id'] }}]{% endif %}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tool_server(tmp_path_factory, long_model):  # noqa: F811
+    """The 1024-position random Llama (tools' JSON makes long prompts) with TOOL_TEMPLATE."""
+    ckpt = tmp_path_factory.mktemp("tools") / "ckpt"
+    shutil.copytree(long_model, ckpt)
+    (ckpt / "chat_template.jinja").write_text(TOOL_TEMPLATE)
+    s = Served("--max-batch", "4", model=ckpt)
+    yield s, ckpt
+    s.stop()
+
+
+def test_the_template_receives_tools_calls_and_answers_as_transformers_renders_them(tool_server):
+    s, ckpt = tool_server
+    tok = transformers.AutoTokenizer.from_pretrained(ckpt)
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    history = [{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": 2}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    r = s.client.chat.completions.create(model=NAME, messages=history, tools=TOOLS, tool_choice="none",
+                                         max_tokens=6, temperature=0)
+    # transformers gets the arguments as an object, as templates read them (and vLLM passes them).
+    as_hf = [dict(m, tool_calls=[{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                                 for c in m["tool_calls"]]) if m.get("tool_calls") else m for m in history]
+    text = tok.apply_chat_template(as_hf, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    assert '"description": "The forecast"' in text and '<call>{"name": "get_weather", "arguments": {"city": "Oslo"' in text
+    ids = tok(text, add_special_tokens=False).input_ids
+    assert r.usage.prompt_tokens == len(ids)
+    assert r.choices[0].message.content == tok.decode(greedy_with(model, ids, 6, lambda x, _: x), skip_special_tokens=True)
+
+
+def test_a_required_or_named_tool_call_fits_its_schema(tool_server):
+    s, _ = tool_server
+    msgs = [{"role": "user", "content": "Weather in Oslo?"}]
+    for seed in (1, 2):
+        r = s.client.chat.completions.create(model=NAME, messages=msgs, tools=TOOLS, tool_choice="required",
+                                             max_tokens=80, temperature=1.0, seed=seed)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.content is None, c
+        call = c.message.tool_calls[0]
+        args = json.loads(call.function.arguments)
+        assert call.function.name in ("get_weather", "now") and call.type == "function" and call.id
+        jsonschema.validate(args, WEATHER if call.function.name == "get_weather" else TOOLS[1]["function"]["parameters"])
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = s.client.chat.completions.create(model=NAME, messages=msgs, tools=TOOLS, tool_choice=named, max_tokens=80,
+                                         temperature=0)
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+    # Streamed: the call arrives whole in one delta, then the finish.
+    chunks = list(s.client.chat.completions.create(model=NAME, messages=msgs, tools=TOOLS, tool_choice=named,
+                                                   max_tokens=80, temperature=0, stream=True))
+    calls = [d for c in chunks for d in (c.choices[0].delta.tool_calls or [])]
+    assert [d.function.arguments for d in calls] == [call.function.arguments]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    # "auto" (the default with tools) needs a parser of the model's own syntax: a 400, as vLLM without one.
+    r = httpx.post(s.url + "/v1/chat/completions", json={"model": NAME, "messages": msgs, "tools": TOOLS}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice", r.text
