@@ -1,6 +1,7 @@
 """Every notebook in notebooks/ runs top to bottom under nbclient on the eager kernel, and its
 key outputs are there. With EAGER_REFRESH_NOTEBOOKS=1 the executed notebooks (outputs
 included) are written back, which is how the committed outputs are made."""
+import json
 import os
 import pathlib
 import re
@@ -301,10 +302,21 @@ def check_serve(nb):
     assert run and 0 < int(run[1]) <= 32 * 160 and int(run[2]) > 1 and run[3] == "true", text
     # Serving compiled nothing: every program was ready before the first request.
     assert re.search(r"^\d+ programs run while serving: 0 compiled, 0 loaded, \d+ hits$", streams, re.M), streams
+    # A structured reply that parses and fits its schema, and a named tool call whose arguments fit.
+    m = re.search(r"^structured reply: (.*)$", streams, re.M)
+    assert m, streams
+    reply = json.loads(m[1])
+    assert set(reply) == {"name", "stars", "interactive"} and 1 <= reply["stars"] <= 5, reply
+    assert isinstance(reply["interactive"], bool) and len(reply["name"]) <= 12, reply
+    m = re.search(r"^tool call: get_weather\((.*)\), finish_reason \"tool_calls\"$", streams, re.M)
+    assert m, streams
+    args = json.loads(m[1])
+    assert args["city"] in ("Oslo", "Paris", "Lima") and 1 <= args["days"] <= 7, args
     assert any("serve_decode" in html for html in outputs(nb, "text/html")), "the profile table names serve_decode"
     # Two live charts and the timeline.
     assert len(list(outputs(nb, "image/svg+xml"))) >= 3
-    assert 'eager_serve_requests_total{outcome=\\"completed\\"} 32' in text, text
+    # The 32 requests, the structured reply and the tool call.
+    assert 'eager_serve_requests_total{outcome=\\"completed\\"} 34' in text, text
     assert "eager_serve_kv_blocks_in_use 0" in text, text
 
 
